@@ -1,0 +1,133 @@
+"""The machine's IPv4 interfaces, as mDNS sees them.
+
+A thin I/O layer (``read_local_addresses``, ``default_multicast_source``,
+``probe_mdns_port``) around one pure rule (``select_addresses``).
+
+Invariants:
+- Only IPv4 is considered: peerd's mDNS runs on 224.0.0.251 (seeds cover IPv6).
+- ``"all"`` selects every address on an interface that is up, multicast-capable
+  and not loopback. An explicit list selects the addresses of the interfaces
+  it names (by interface name or by address) that are up; entries that match
+  nothing are reported back, not raised.
+- Every probe is cheap (one ``getifaddrs``, a few small file reads or one
+  socket) so it can run every few seconds on the event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import ifaddr
+
+__all__ = [
+    "MDNS_ADDRESS",
+    "MDNS_PORT",
+    "InterfaceChoice",
+    "LocalAddress",
+    "default_multicast_source",
+    "probe_mdns_port",
+    "read_local_addresses",
+    "select_addresses",
+]
+
+MDNS_ADDRESS = "224.0.0.251"
+MDNS_PORT = 5353
+InterfaceChoice = Literal["all", "default"] | Sequence[str]
+
+_IFF_UP = 0x1
+_IFF_LOOPBACK = 0x8
+_IFF_MULTICAST = 0x1000
+
+
+@dataclass(frozen=True)
+class LocalAddress:
+    """One IPv4 address of this machine and the state of its interface."""
+
+    interface: str
+    address: str
+    prefix: int
+    up: bool = True
+    multicast: bool = True
+    loopback: bool = False
+
+    @property
+    def network(self) -> str:
+        """The address with its prefix length, e.g. ``10.77.1.2/24``."""
+        return f"{self.address}/{self.prefix}"
+
+
+def select_addresses(
+    choice: Literal["all"] | Sequence[str], local: Sequence[LocalAddress]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Addresses to run mDNS on for ``choice``, and the list entries that matched nothing."""
+    if choice == "all":
+        chosen = [a.address for a in local if a.up and a.multicast and not a.loopback]
+        return tuple(dict.fromkeys(chosen)), ()
+    wanted = list(choice)
+    chosen = [a.address for a in local if a.up and (a.interface in wanted or a.address in wanted)]
+    unmatched = tuple(
+        entry for entry in wanted if not any(entry in (a.interface, a.address) for a in local)
+    )
+    return tuple(dict.fromkeys(chosen)), unmatched
+
+
+def _interface_flags(name: str) -> int | None:
+    """Kernel interface flags from sysfs (Linux); ``None`` where unavailable."""
+    base = name.split(":", 1)[0]  # "eth0:1" address labels share eth0's flags
+    try:
+        return int(Path("/sys/class/net", base, "flags").read_text().strip(), 16)
+    except (OSError, ValueError):
+        return None
+
+
+def read_local_addresses() -> tuple[LocalAddress, ...]:
+    """Every IPv4 address of this machine with its interface state."""
+    found: list[LocalAddress] = []
+    for adapter in ifaddr.get_adapters():
+        flags = _interface_flags(adapter.name)
+        for ip in adapter.ips:
+            if not isinstance(ip.ip, str):
+                continue  # IPv6 addresses come as tuples
+            loopback = ipaddress.IPv4Address(ip.ip).is_loopback
+            found.append(
+                LocalAddress(
+                    interface=adapter.name,
+                    address=ip.ip,
+                    prefix=ip.network_prefix,
+                    up=True if flags is None else bool(flags & _IFF_UP),
+                    multicast=True if flags is None else bool(flags & _IFF_MULTICAST),
+                    loopback=loopback or (flags is not None and bool(flags & _IFF_LOOPBACK)),
+                )
+            )
+    return tuple(found)
+
+
+def default_multicast_source() -> str:
+    """The source address the kernel picks for 224.0.0.251; ``OSError`` if there is no route."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect((MDNS_ADDRESS, MDNS_PORT))
+        return str(sock.getsockname()[0])
+
+
+def probe_mdns_port() -> str | None:
+    """Why UDP port 5353 cannot be shared (another program holds it exclusively), or ``None``.
+
+    Binds the way python-zeroconf does (``SO_REUSEADDR`` + ``SO_REUSEPORT``), so
+    it fails exactly when zeroconf would, without zeroconf's own error logging.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if hasattr(socket, "SO_REUSEPORT"):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        try:
+            sock.bind(("", MDNS_PORT))
+        except OSError as exc:
+            return f"UDP port {MDNS_PORT} is held exclusively by another program ({exc.strerror})"
+    return None

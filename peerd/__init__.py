@@ -1,0 +1,1 @@
+"""peerd daemon and CLI."""

@@ -1,0 +1,5 @@
+"""Placeholder CLI (replaced below)."""
+
+
+def main() -> None:
+    print("peerd")

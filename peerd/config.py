@@ -1,0 +1,472 @@
+"""The daemon's configuration: a frozen value, its TOML file, and the fleet key.
+
+Invariants:
+- A `Config` is always valid: construction checks every field and raises
+  `ConfigError` naming the bad key. Seeds are stored in canonical `host:port` form
+  (IPv6 as `[addr]:port`), without duplicates.
+- `config.toml` is flat TOML, written with mode 0600 because it holds the fleet key;
+  loading rejects unknown keys and wrong types with the file and key named.
+- The fleet key is 32 random bytes. In files and on the command line it is written
+  `peerd-fleet-` + url-safe base64 without padding (43 characters), and decoding
+  accepts only that canonical form. `repr(Config)` never shows it.
+- `fleet_id` is a short public name of the fleet derived by a keyed, labelled hash;
+  it reveals nothing about the key.
+- `init_home` never overwrites an existing config; a conflicting request fails loudly.
+
+Default ports: 7733 for the peer port (all interfaces, sealed) and 7734 for the local
+port (127.0.0.1 only). Neither is registered to a common service.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import difflib
+import hashlib
+import math
+import re
+import secrets
+import socket
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from peerd.errors import ConfigError
+from peerd.home import atomic_write, config_path, create_exclusive, ensure_home
+
+FLEET_KEY_BYTES = 32
+FLEET_KEY_PREFIX = "peerd-fleet-"
+_FLEET_KEY_CHARS = 43  # len(base64 of 32 bytes) without padding
+_B64URL = re.compile(r"[A-Za-z0-9_-]*")
+
+DEFAULT_PORT = 7733
+DEFAULT_LOCAL_PORT = 7734
+MiB = 1024 * 1024
+KiB = 1024
+# Room for an op's metadata and signature next to its content, and for the sync
+# envelope and seal around a page.
+ENVELOPE_SLACK = 4 * KiB
+MAX_NAME_CHARS = 64
+MDNS_CHOICES = ("all", "default")
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Everything a daemon needs to know before it opens its replica."""
+
+    name: str
+    """Human-readable node name, shown to peers (defaults to the host name)."""
+    fleet_key: bytes = field(repr=False)
+    """The fleet's shared 32-byte secret; seals every peer-to-peer body."""
+    port: int = DEFAULT_PORT
+    """Peer port on all interfaces; 0 picks a free port."""
+    local_port: int = DEFAULT_LOCAL_PORT
+    """Local port on 127.0.0.1 (MCP at /mcp, local API); 0 picks a free port."""
+    seeds: tuple[str, ...] = ()
+    """Peers to contact at start, `host:port` (port defaults to 7733)."""
+    mdns: bool = True
+    """Advertise and browse for peers on the local network by mDNS."""
+    mdns_interfaces: str | tuple[str, ...] = "all"
+    """'all', 'default', or a list of interface addresses for mDNS."""
+    gossip_interval: float = 1.0
+    """Seconds between anti-entropy rounds while there is news."""
+    gossip_max_interval: float = 15.0
+    """Upper bound the interval backs off to while rounds find nothing new."""
+    push_fanout: int = 3
+    """Live peers a new local op is pushed to at once (0 disables push on write)."""
+    max_body_bytes: int = 4 * MiB
+    """Largest peer request or response body accepted."""
+    page_bytes: int = 256 * KiB
+    """Byte budget of one page of ops in a sync answer."""
+    max_content_bytes: int = 64 * KiB
+    """Largest message content accepted (UTF-8 bytes)."""
+
+    def __post_init__(self) -> None:
+        _check(self)
+
+    @property
+    def fleet_id(self) -> str:
+        """The public id of this config's fleet."""
+        return fleet_id(self.fleet_key)
+
+
+FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Config))
+
+
+# --- fleet key -----------------------------------------------------------------------
+
+
+def new_fleet_key() -> bytes:
+    """A fresh random fleet key."""
+    return secrets.token_bytes(FLEET_KEY_BYTES)
+
+
+def encode_fleet_key(key: bytes) -> str:
+    """The fleet key as written in files and on the command line."""
+    _check_key_bytes(key)
+    return FLEET_KEY_PREFIX + base64.urlsafe_b64encode(key).rstrip(b"=").decode("ascii")
+
+
+def decode_fleet_key(text: str) -> bytes:
+    """Parse `peerd-fleet-...`; raise ConfigError saying what is wrong with it."""
+    text = text.strip()
+    if text.startswith("peerd1:"):
+        raise ConfigError("this is an invite, not a fleet key; use it with `peerd join`")
+    if not text.startswith(FLEET_KEY_PREFIX):
+        raise ConfigError(f"a fleet key starts with {FLEET_KEY_PREFIX!r}")
+    body = text[len(FLEET_KEY_PREFIX) :]
+    if not _B64URL.fullmatch(body):
+        bad = sorted({c for c in body if not _B64URL.fullmatch(c)})
+        raise ConfigError(f"fleet key has characters outside url-safe base64: {''.join(bad)!r}")
+    if len(body) != _FLEET_KEY_CHARS:
+        raise ConfigError(
+            f"fleet key has {len(body)} characters after the prefix, "
+            f"expected {_FLEET_KEY_CHARS} (a {FLEET_KEY_BYTES}-byte key); was it cut short?"
+        )
+    key = base64.urlsafe_b64decode(body + "=")  # cannot fail after the checks above
+    if encode_fleet_key(key) != text:
+        raise ConfigError("fleet key is not canonical base64 (its last character is wrong)")
+    return key
+
+
+def fleet_id(key: bytes) -> str:
+    """A short public id of the fleet (16 hex digits); safe to advertise."""
+    _check_key_bytes(key)
+    digest = hashlib.blake2b(key=key, digest_size=8, person=b"peerd-fleet-id")
+    return digest.hexdigest()
+
+
+def _check_key_bytes(key: bytes) -> None:
+    if not isinstance(key, bytes) or len(key) != FLEET_KEY_BYTES:
+        size = len(key) if isinstance(key, bytes) else type(key).__name__
+        raise ConfigError(f"fleet_key: must be {FLEET_KEY_BYTES} bytes, got {size}")
+
+
+# --- seeds ---------------------------------------------------------------------------
+
+
+def parse_seed(seed: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
+    """Split `host:port`, `host`, `[v6]:port` or `[v6]`; raise ConfigError if malformed."""
+    text = seed.strip()
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep:
+            raise ConfigError(f"seed {seed!r}: missing ']' after the IPv6 address")
+        if rest and not rest.startswith(":"):
+            raise ConfigError(f"seed {seed!r}: expected ':port' after ']'")
+        port_text = rest[1:] if rest else None
+    elif text.count(":") > 1:
+        raise ConfigError(f"seed {seed!r}: write IPv6 addresses in brackets, like [::1]:7733")
+    else:
+        host, sep, port_text_ = text.partition(":")
+        port_text = port_text_ if sep else None
+    if not host or any(not c.isprintable() or c.isspace() or c in "/@[]" for c in host):
+        raise ConfigError(f"seed {seed!r}: expected host:port")
+    return host, _parse_port(seed, port_text, default_port)
+
+
+def format_seed(host: str, port: int) -> str:
+    """The canonical `host:port` form (IPv6 in brackets)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def normalize_seed(seed: str) -> str:
+    """Canonical form of a seed address."""
+    return format_seed(*parse_seed(seed))
+
+
+def _parse_port(seed: str, port_text: str | None, default_port: int) -> int:
+    if port_text is None:
+        return default_port
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ConfigError(f"seed {seed!r}: port must be a number from 1 to 65535")
+    return int(port_text)
+
+
+def merge_seeds(*groups: Iterable[str]) -> tuple[str, ...]:
+    """Canonical seeds of all groups, first occurrence first, without duplicates."""
+    seen: dict[str, None] = {}
+    for group in groups:
+        for seed in group:
+            seen.setdefault(normalize_seed(seed), None)
+    return tuple(seen)
+
+
+# --- validation ----------------------------------------------------------------------
+
+
+def _check(cfg: Config) -> None:
+    """Check and normalize every field of a freshly built Config."""
+    _check_name(cfg.name)
+    _check_key_bytes(cfg.fleet_key)
+    for key in ("port", "local_port"):
+        _check_int(key, getattr(cfg, key), 0, 65535)
+    if cfg.port == cfg.local_port != 0:
+        raise ConfigError(f"port and local_port are both {cfg.port}; they must differ")
+    _check_seeds(cfg)
+    _check_bool("mdns", cfg.mdns)
+    _check_mdns_interfaces(cfg)
+    _check_intervals(cfg)
+    _check_int("push_fanout", cfg.push_fanout, 0, 1000)
+    _check_sizes(cfg)
+
+
+def _check_name(name: object) -> None:
+    if not isinstance(name, str):
+        raise ConfigError(f"name: expected a string, got {_type_name(name)}")
+    if not name.strip():
+        raise ConfigError("name: must not be empty")
+    if len(name) > MAX_NAME_CHARS:
+        raise ConfigError(f"name: at most {MAX_NAME_CHARS} characters, got {len(name)}")
+    if any(not c.isprintable() for c in name):
+        raise ConfigError("name: must not contain control characters")
+
+
+def _check_int(key: str, value: object, low: int, high: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(f"{key}: expected an integer, got {_type_name(value)}")
+    if not low <= value <= high:
+        raise ConfigError(f"{key}: must be from {low} to {high}, got {value}")
+
+
+def _check_bool(key: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}: expected true or false, got {_type_name(value)}")
+
+
+def _check_seeds(cfg: Config) -> None:
+    seeds: object = cfg.seeds
+    if isinstance(seeds, str) or not isinstance(seeds, list | tuple):
+        raise ConfigError(f"seeds: expected a list of strings, got {_type_name(seeds)}")
+    for i, seed in enumerate(seeds):
+        if not isinstance(seed, str):
+            raise ConfigError(f"seeds[{i}]: expected a string, got {_type_name(seed)}")
+    try:
+        merged = merge_seeds(seeds)
+    except ConfigError as exc:
+        raise ConfigError(f"seeds: {exc}") from None
+    object.__setattr__(cfg, "seeds", merged)
+
+
+def _check_mdns_interfaces(cfg: Config) -> None:
+    value: object = cfg.mdns_interfaces
+    if isinstance(value, str):
+        if value not in MDNS_CHOICES:
+            raise ConfigError(
+                f"mdns_interfaces: expected 'all', 'default' or a list of addresses, got {value!r}"
+            )
+        return
+    if not isinstance(value, list | tuple) or not value:
+        raise ConfigError(
+            f"mdns_interfaces: expected 'all', 'default' or a non-empty list of addresses, "
+            f"got {_type_name(value)}"
+        )
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not item.strip() or not item.isprintable():
+            raise ConfigError(f"mdns_interfaces[{i}]: expected a non-empty string")
+    object.__setattr__(cfg, "mdns_interfaces", tuple(value))
+
+
+def _check_intervals(cfg: Config) -> None:
+    for key in ("gossip_interval", "gossip_max_interval"):
+        value = getattr(cfg, key)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise ConfigError(f"{key}: expected a number of seconds, got {_type_name(value)}")
+        if not math.isfinite(value) or value <= 0:
+            raise ConfigError(f"{key}: must be a positive number of seconds, got {value}")
+        object.__setattr__(cfg, key, float(value))
+    if cfg.gossip_max_interval < cfg.gossip_interval:
+        raise ConfigError(
+            f"gossip_max_interval ({cfg.gossip_max_interval}) must be at least "
+            f"gossip_interval ({cfg.gossip_interval})"
+        )
+
+
+def _check_sizes(cfg: Config) -> None:
+    _check_int("max_content_bytes", cfg.max_content_bytes, 1, 64 * MiB)
+    _check_int("page_bytes", cfg.page_bytes, 1, 256 * MiB)
+    _check_int("max_body_bytes", cfg.max_body_bytes, 1, 1024 * MiB)
+    if cfg.page_bytes < cfg.max_content_bytes + ENVELOPE_SLACK:
+        raise ConfigError(
+            f"page_bytes ({cfg.page_bytes}) must be at least max_content_bytes + "
+            f"{ENVELOPE_SLACK} ({cfg.max_content_bytes + ENVELOPE_SLACK}) so one "
+            f"largest message fits a page"
+        )
+    if cfg.max_body_bytes < cfg.page_bytes + ENVELOPE_SLACK:
+        raise ConfigError(
+            f"max_body_bytes ({cfg.max_body_bytes}) must be at least page_bytes + "
+            f"{ENVELOPE_SLACK} ({cfg.page_bytes + ENVELOPE_SLACK}) so a page fits a body"
+        )
+
+
+def _type_name(value: object) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+    names |= {list: "a list", tuple: "a list", dict: "a table"}
+    return names.get(type(value), type(value).__name__)
+
+
+# --- file I/O ------------------------------------------------------------------------
+
+
+def load_config(path: Path) -> Config:
+    """Read and check `config.toml`; every error names the file (and the key)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no config file; run `peerd init` to create one") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    try:
+        return config_from_dict(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def config_from_dict(data: dict[str, Any]) -> Config:
+    """Build a Config from parsed TOML; raise ConfigError naming the bad key."""
+    unknown = [key for key in data if key not in FIELD_NAMES]
+    if unknown:
+        key = unknown[0]
+        close = difflib.get_close_matches(key, FIELD_NAMES, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"unknown key {key!r}{hint}; known keys: {', '.join(FIELD_NAMES)}")
+    if "fleet_key" not in data:
+        raise ConfigError("fleet_key: missing; every daemon of a fleet needs the fleet key")
+    values = dict(data)
+    encoded = values["fleet_key"]
+    if not isinstance(encoded, str):
+        raise ConfigError(f"fleet_key: expected a string, got {_type_name(encoded)}")
+    try:
+        values["fleet_key"] = decode_fleet_key(encoded)
+    except ConfigError as exc:
+        raise ConfigError(f"fleet_key: {exc}") from None
+    values.setdefault("name", default_name())
+    return Config(**values)
+
+
+def render_config(cfg: Config) -> str:
+    """The TOML text of a config (flat, commented, parseable by tomllib)."""
+    interfaces = (
+        _toml_str(cfg.mdns_interfaces)
+        if isinstance(cfg.mdns_interfaces, str)
+        else _toml_list(cfg.mdns_interfaces)
+    )
+    lines = [
+        "# peerd configuration.",
+        "# Holds the fleet key, the secret every peer of the fleet shares: keep it private.",
+        "",
+        f"name = {_toml_str(cfg.name)}",
+        f"fleet_key = {_toml_str(encode_fleet_key(cfg.fleet_key))}",
+        "",
+        "# Peer port (all interfaces, sealed) and local port (127.0.0.1); 0 = any free port.",
+        f"port = {cfg.port}",
+        f"local_port = {cfg.local_port}",
+        "",
+        '# Peers to contact at start, as "host:port".',
+        f"seeds = {_toml_list(cfg.seeds)}",
+        "",
+        '# Find peers on the local network; interfaces: "all", "default" or addresses.',
+        f"mdns = {'true' if cfg.mdns else 'false'}",
+        f"mdns_interfaces = {interfaces}",
+        "",
+        "# Seconds between gossip rounds, backing off to the maximum while idle.",
+        f"gossip_interval = {cfg.gossip_interval!r}",
+        f"gossip_max_interval = {cfg.gossip_max_interval!r}",
+        "# Live peers a new message is pushed to at once.",
+        f"push_fanout = {cfg.push_fanout}",
+        "",
+        "# Size limits in bytes.",
+        f"max_body_bytes = {cfg.max_body_bytes}",
+        f"page_bytes = {cfg.page_bytes}",
+        f"max_content_bytes = {cfg.max_content_bytes}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def save_config(path: Path, cfg: Config) -> None:
+    """Atomically write `config.toml` with mode 0600."""
+    atomic_write(path, render_config(cfg).encode("utf-8"), mode=0o600)
+
+
+def init_home(home: Path, name: str | None = None, fleet_key: bytes | None = None) -> Config:
+    """Create the home and its config unless they exist; return the config in force.
+
+    An existing config is kept. Asking for a different fleet key or name than the
+    existing config holds raises ConfigError rather than silently ignoring the request.
+    """
+    ensure_home(home)
+    path = config_path(home)
+    if not path.exists():
+        fresh = Config(
+            name=default_name() if name is None else name,
+            fleet_key=new_fleet_key() if fleet_key is None else fleet_key,
+        )
+        if create_exclusive(path, render_config(fresh).encode("utf-8"), mode=0o600):
+            return fresh
+    existing = load_config(path)
+    if fleet_key is not None and fleet_key != existing.fleet_key:
+        raise ConfigError(
+            f"{path}: this home already belongs to fleet {existing.fleet_id}, not "
+            f"{fleet_id(fleet_key)}; use another --home, or `peerd join --force` to switch"
+        )
+    if name is not None and name != existing.name:
+        raise ConfigError(
+            f"{path}: this home is already named {existing.name!r}; "
+            f"edit name in the file to rename it"
+        )
+    return existing
+
+
+def with_overrides(
+    cfg: Config,
+    *,
+    port: int | None = None,
+    local_port: int | None = None,
+    seeds: Iterable[str] = (),
+    mdns: bool | None = None,
+) -> Config:
+    """Apply command-line flags; seeds from flags are added to the config's seeds."""
+    changes: dict[str, Any] = {"seeds": merge_seeds(cfg.seeds, seeds)}
+    if port is not None:
+        changes["port"] = port
+    if local_port is not None:
+        changes["local_port"] = local_port
+    if mdns is not None:
+        changes["mdns"] = mdns
+    return dataclasses.replace(cfg, **changes)
+
+
+def default_name() -> str:
+    """The short host name, or 'peerd' when the host has none usable."""
+    host = socket.gethostname().split(".")[0].strip()
+    return host[:MAX_NAME_CHARS] if host and host.isprintable() else "peerd"
+
+
+# --- TOML writing --------------------------------------------------------------------
+
+_TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n"}
+_TOML_ESCAPES |= {"\f": "\\f", "\r": "\\r"}
+
+
+def _toml_str(text: str) -> str:
+    out = []
+    for ch in text:
+        if ch in _TOML_ESCAPES:
+            out.append(_TOML_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _toml_list(items: Iterable[str]) -> str:
+    return "[" + ", ".join(_toml_str(item) for item in items) + "]"

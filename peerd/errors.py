@@ -1,0 +1,54 @@
+"""The daemon's error hierarchy.
+
+Invariants:
+- Every error the daemon raises on purpose is a `DaemonError`; library exceptions
+  (nacl, aiohttp, sqlite, tomllib, msgpack) are translated at the boundary where they
+  occur and never leak through `peerd` functions.
+- Errors are split by who is at fault: `ConfigError` and `LocalRequestError` are
+  local (the user, the config file or a local caller), `PeerError` and its subclass
+  `SealError` are remote (another machine sent something bad or did not answer).
+- Messages are written for the person reading them: they name the file, key or peer
+  involved and, where one exists, the way out.
+"""
+
+from __future__ import annotations
+
+
+class DaemonError(Exception):
+    """Base of every error the daemon raises on purpose."""
+
+
+class ConfigError(DaemonError):
+    """The home folder or `config.toml` is missing, malformed or inconsistent.
+
+    Also raised for a bad fleet key, seed address or invite token typed by the user.
+    """
+
+
+class PeerError(DaemonError):
+    """A peer misbehaved or could not be reached (a remote error).
+
+    `peer` names the peer (URL or host:port) when known.
+    """
+
+    def __init__(self, message: str, *, peer: str | None = None) -> None:
+        super().__init__(message if peer is None else f"{peer}: {message}")
+        self.peer = peer
+
+
+class SealError(PeerError):
+    """A sealed body could not be opened: wrong fleet key, tampered or truncated.
+
+    A `PeerError` because such a body always comes from the other end of a connection.
+    """
+
+
+class LocalRequestError(DaemonError):
+    """A local API call was malformed or asked for something impossible.
+
+    `status` is the HTTP status the local server answers with (400 unless said).
+    """
+
+    def __init__(self, message: str, *, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status

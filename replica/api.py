@@ -1,0 +1,670 @@
+"""The Python API over one replica: messaging, profiles, agents, threads, sync.
+
+Invariants:
+* Every change is one signed op written in one transaction together with its
+  projections; a call that raises has written nothing.
+* Arguments are checked before anything is written; bad calls raise
+  ``InvalidArgument`` or ``NotFound``, never a sqlite error.
+* Cursors (``seq``, ``since``, ``after_seq``) are positions in this replica's
+  local arrival order, so a message that arrives late is never skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from replica import hlc as hlcmod
+from replica import identity as idmod
+from replica import ops as opsmod
+from replica import routing, store, vector
+from replica.errors import InvalidArgument, InvalidOp, NotFound
+from replica.models import (
+    Agent,
+    ApplyResult,
+    Inbox,
+    InboxMessage,
+    Page,
+    Profile,
+    ReadState,
+    RecipientStatus,
+    SentMessage,
+    Thread,
+    ThreadInfo,
+    ThreadMessage,
+)
+from replica.ops import KIND_MSG, KIND_SET, MAX_CONTENT_BYTES, MAX_NAME_CHARS, MAX_WRITES_PER_OP, Op
+from replica.store import Store, receipt_id
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 1000
+Listener = Callable[[], None]
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def agent_id_for(name: str) -> str:
+    """An agent's id is a pure function of its name: every replica agrees."""
+    digest = hashlib.blake2b(name.encode(), digest_size=8, person=b"peerd-agent").hexdigest()
+    return "ag_" + digest
+
+
+def _iso(ms: int | None) -> str | None:
+    return None if ms is None else hlcmod.to_iso(hlcmod.pack(ms))
+
+
+# -- argument checks (pure) -------------------------------------------------------------
+
+def check_name(value: object, what: str, *, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidArgument(f"{what} must be a non-empty string")
+    value = value.strip()
+    if len(value) > MAX_NAME_CHARS:
+        raise InvalidArgument(f"{what} is longer than {MAX_NAME_CHARS} characters")
+    if any(ord(ch) < 32 for ch in value):
+        raise InvalidArgument(f"{what} must not contain control characters")
+    return value
+
+
+def _name(value: object, what: str) -> str:
+    out = check_name(value, what)
+    assert out is not None
+    return out
+
+
+def check_content(value: object, what: str = "content") -> str:
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{what} must be a string")
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_CONTENT_BYTES:
+        raise InvalidArgument(f"{what} is {size} bytes; the limit is {MAX_CONTENT_BYTES} bytes")
+    return value
+
+
+def check_count(value: object, what: str, *, low: int = 0, high: int | None = None) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgument(f"{what} must be an integer")
+    if value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f">= {low}"
+        raise InvalidArgument(f"{what} must be {bound}, got {value}")
+    return value
+
+
+def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _const_body(body: dict[str, Any]) -> Callable[[int], dict[str, Any]]:
+    return lambda _seq: body
+
+
+class Replica:
+    """One replica: a SQLite file (or ``:memory:``) plus this node's identity."""
+
+    def __init__(self, st: Store, ident: idmod.Identity, *, wall: Callable[[], int] = now_ms,
+                 max_drift_ms: int = hlcmod.DEFAULT_MAX_DRIFT_MS) -> None:
+        self._store = st
+        self._ident = ident
+        self._wall = wall
+        self._max_drift_ms = max_drift_ms
+        self._listeners: list[Listener] = []
+        self._listen_lock = threading.Lock()
+        self._oids: dict[bytes, int] = {}
+        with st.write() as cur:
+            self._self_oid = store.origin_id(cur, ident.public_key)
+
+    @classmethod
+    def open(cls, path: str | Path = ":memory:", identity: idmod.Identity | None = None,
+             *, wall: Callable[[], int] = now_ms) -> Replica:
+        """Open (creating if needed) the replica at ``path`` as ``identity``."""
+        return cls(Store(path), identity or idmod.generate(), wall=wall)
+
+    # -- identity and lifecycle -------------------------------------------------------
+
+    @property
+    def node_id(self) -> str:
+        return self._ident.node_id
+
+    @property
+    def node_key(self) -> bytes:
+        return self._ident.public_key
+
+    @property
+    def path(self) -> str:
+        return self._store.path
+
+    def close(self) -> None:
+        self._store.close()
+
+    def __enter__(self) -> Replica:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener()`` (from the writing thread) after each commit of new ops."""
+        with self._listen_lock:
+            self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        with self._listen_lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+    def _notify(self) -> None:
+        with self._listen_lock:
+            listeners = list(self._listeners)
+        for cb in listeners:
+            cb()
+
+    # -- writing ops ----------------------------------------------------------------
+
+    def _write(self, kind: str, make_body: Callable[[int], dict[str, Any]]) -> tuple[int, Op]:
+        """Create, sign and store one local op; ``make_body(seq)`` builds its body."""
+        with self._store.write() as cur:
+            row = cur.execute(
+                "SELECT top, (SELECT v FROM meta WHERE k = 'hlc') FROM origins WHERE oid = ?",
+                (self._self_oid,),
+            ).fetchone()
+            top, last = int(row[0]), int(row[1])
+            seq = top + 1
+            stamp = hlcmod.tick(last, self._wall())
+            body = make_body(seq)
+            try:
+                opsmod.validate_body(kind, body)
+            except InvalidOp as exc:
+                raise InvalidArgument(exc.reason) from None
+            raw = opsmod.encode(self.node_key, seq, stamp, kind, body, sign=self._ident.sign)
+            op = Op(self.node_key, seq, stamp, kind, body, raw)
+            lseq = store.store_op(cur, self._self_oid, op)
+            assert lseq is not None
+            cur.execute(
+                "UPDATE origins SET top = ?, contig = CASE WHEN contig = ? THEN ? ELSE contig END WHERE oid = ?",
+                (seq, seq - 1, seq, self._self_oid),
+            )
+            cur.execute("UPDATE meta SET v = ? WHERE k = 'hlc'", (stamp,))
+        self._notify()
+        return lseq, op
+
+    def _set(self, writes: list[list[Any]]) -> None:
+        for chunk in _chunks(writes, MAX_WRITES_PER_OP):
+            self._write(KIND_SET, _const_body({"w": chunk}))
+
+    # -- messaging --------------------------------------------------------------------
+
+    def send_message(self, from_: str, channel: str, content: str, instance_id: str | None = None,
+                     from_instance_id: str | None = None) -> SentMessage:
+        """Send ``content`` from role ``from_`` to a role, roles, or ``broadcast``."""
+        sender = _name(from_, "from")
+        chan = _name(channel, "channel")
+        roles = routing.parse_channel(chan)
+        if not roles:
+            raise InvalidArgument("channel names no role")
+        body = {
+            "f": sender, "fi": check_name(from_instance_id, "fromInstanceId", optional=True),
+            "c": ",".join(roles), "ti": check_name(instance_id, "instanceId", optional=True),
+            "t": None, "x": check_content(content),
+        }
+        lseq, op = self._write(KIND_MSG, lambda _seq: body)
+        return SentMessage(opsmod.message_id(op.origin, op.seq), lseq, hlcmod.to_iso(op.hlc), op.hlc, roles)
+
+    def check_messages(self, recipient: str, recipient_instance_id: str | None = None,
+                       since: int | None = None, limit: int = DEFAULT_LIMIT) -> Inbox:
+        """Unread messages for (recipient, instance), oldest first; records delivery."""
+        role = _name(recipient, "recipient")
+        inst = check_name(recipient_instance_id, "recipientInstanceId", optional=True)
+        after = 0 if since is None else check_count(since, "since")
+        limit = check_count(limit, "limit", low=1, high=MAX_LIMIT)
+        rows = self._inbox_rows(role, inst, after, limit)
+        now = self._wall()
+        undelivered = [["rcpt", [r[1], role, routing.instance_key(inst)], "d", now] for r in rows if r[9] is None]
+        if undelivered:
+            self._set(undelivered)
+        msgs = [self._inbox_message(r, role, inst, now) for r in rows]
+        msgs.sort(key=lambda m: (m.created, m.id))
+        cursor = max((m.seq for m in msgs), default=after)
+        return Inbox(msgs, cursor)
+
+    def _inbox_rows(self, role: str, inst: str | None, after: int, limit: int) -> list[Any]:
+        with self._store.read() as cur:
+            return cur.execute(
+                "SELECT m.lseq, m.id, m.sender, m.sender_inst, m.channel, m.to_inst, m.content, m.hlc,"
+                " rc.read, rc.delivered"
+                " FROM routes r JOIN messages m ON m.lseq = r.lseq"
+                " LEFT JOIN receipts rc ON rc.msg_id = m.id AND rc.role = ?1 AND rc.inst = ?2"
+                " WHERE r.role IN (?1, '*') AND r.lseq > ?3"
+                " AND (m.to_inst IS NULL OR m.to_inst = ?4)"
+                " AND NOT (m.sender = ?1 AND coalesce(m.sender_inst, '') = ?2)"
+                " AND rc.read IS NULL"
+                " ORDER BY r.lseq LIMIT ?5",
+                (role, routing.instance_key(inst), after, inst, limit),
+            ).fetchall()
+
+    def _inbox_message(self, r: Any, role: str, inst: str | None, now: int) -> InboxMessage:
+        key = routing.instance_key(inst)
+        return InboxMessage(
+            id=r[1], receipt_id=receipt_id(r[1], role, key), sender=r[2], sender_instance=r[3],
+            channel=r[4], target_instance=r[5], content=r[6], created=hlcmod.to_iso(r[7]), seq=r[0],
+            delivered_at=_iso(r[9] if r[9] is not None else now), read_at=_iso(r[8]),
+        )
+
+    def mark_as_read(self, receipt_ids: Sequence[str]) -> int:
+        """Record *read* for each receipt; returns how many were newly read."""
+        if isinstance(receipt_ids, str) or not isinstance(receipt_ids, Sequence):
+            raise InvalidArgument("receiptIds must be a list of receipt ids")
+        ids = [_name(r, "receipt id") for r in receipt_ids]
+        if len(ids) > MAX_LIMIT:
+            raise InvalidArgument(f"at most {MAX_LIMIT} receipt ids per call")
+        with self._store.read() as cur:
+            found = {
+                row[0]: row[1:]
+                for chunk in _chunks(ids, 500)
+                for row in cur.execute(
+                    "SELECT rid, msg_id, role, inst, delivered, read FROM receipts"
+                    f" WHERE rid IN ({','.join('?' * len(chunk))})",
+                    chunk,
+                )
+            }
+        unknown = [r for r in ids if r not in found]
+        if unknown:
+            raise NotFound(f"unknown receipt id(s): {', '.join(unknown[:10])}")
+        now = self._wall()
+        writes: list[list[Any]] = []
+        for rid in dict.fromkeys(ids):
+            msg_id, role, inst, delivered, read = found[rid]
+            if read is None:
+                writes.append(["rcpt", [msg_id, role, inst], "r", now])
+                if delivered is None:
+                    writes.append(["rcpt", [msg_id, role, inst], "d", now])
+        if writes:
+            self._set(writes)
+        return sum(1 for w in writes if w[2] == "r")
+
+    def message_status(self, message_id: str) -> list[RecipientStatus]:
+        """Per recipient: receipt id, delivered at, read at (None while pending)."""
+        mid = _name(message_id, "messageId")
+        with self._store.read() as cur:
+            msg = cur.execute(
+                "SELECT sender, sender_inst, channel, to_inst, thread FROM messages WHERE id = ?", (mid,)
+            ).fetchone()
+            if msg is None:
+                raise NotFound(f"unknown message id {mid}")
+            rows = cur.execute(
+                "SELECT role, inst, rid, delivered, read FROM receipts WHERE msg_id = ? ORDER BY role, inst", (mid,)
+            ).fetchall()
+            expected = self._expected_roles(cur, msg)
+        out = [RecipientStatus(r[0], r[1] or None, r[2], _iso(r[3]), _iso(r[4])) for r in rows]
+        seen = {r[0] for r in rows}
+        out += [RecipientStatus(role, msg[3], None, None, None) for role in expected if role not in seen]
+        return out
+
+    def _expected_roles(self, cur: Any, msg: Any) -> list[str]:
+        sender, _inst, channel, _to, thread = msg
+        if thread is not None:
+            rows = cur.execute("SELECT agent FROM members WHERE thread = ? AND present = 1", (thread,))
+            return [r[0] for r in rows if r[0] != sender]
+        roles = routing.parse_channel(channel)
+        if roles == (routing.BROADCAST,):
+            return [r[0] for r in cur.execute("SELECT id FROM profiles ORDER BY id") if r[0] != sender]
+        return list(roles)
+
+    # -- profiles ------------------------------------------------------------------
+
+    def update_profile(self, orchestrator_id: str, name: str | None = None, static: str | None = None,
+                       dynamic: str | None = None) -> Profile:
+        """Set the given fields; fields left out (None) keep their value."""
+        oid = _name(orchestrator_id, "orchestratorId")
+        fields = {"name": name, "static": static, "dynamic": dynamic}
+        writes = [["prof", [oid], f, check_content(v, f)] for f, v in fields.items() if v is not None]
+        if not writes:
+            raise InvalidArgument("give at least one of name, static, dynamic")
+        self._set(writes)
+        profile = self.get_profile(oid)
+        assert profile is not None
+        return profile
+
+    def get_profile(self, orchestrator_id: str) -> Profile | None:
+        oid = _name(orchestrator_id, "orchestratorId")
+        with self._store.read() as cur:
+            row = cur.execute("SELECT id, name, static, dynamic, updated FROM profiles WHERE id = ?", (oid,)).fetchone()
+        return None if row is None else Profile(row[0], row[1], row[2], row[3], _iso(row[4]))
+
+    def list_profiles(self) -> list[Profile]:
+        with self._store.read() as cur:
+            rows = cur.execute("SELECT id, name, static, dynamic, updated FROM profiles ORDER BY id").fetchall()
+        return [Profile(r[0], r[1], r[2], r[3], _iso(r[4])) for r in rows]
+
+    # -- agents ----------------------------------------------------------------------
+
+    def get_agent(self, agent_id: str) -> Agent | None:
+        aid = _name(agent_id, "agent id")
+        with self._store.read() as cur:
+            row = cur.execute("SELECT id, name, alive FROM agents WHERE id = ?", (aid,)).fetchone()
+        return None if row is None or row[1] is None else Agent(row[0], row[1], bool(row[2]))
+
+    def list_agents(self) -> list[Agent]:
+        with self._store.read() as cur:
+            rows = cur.execute("SELECT id, name, alive FROM agents WHERE alive = 1 ORDER BY name").fetchall()
+        return [Agent(r[0], r[1], True) for r in rows]
+
+    def _alive(self, agent_id: str) -> bool:
+        agent = self.get_agent(agent_id)
+        return agent is not None and agent.alive
+
+    def create_agent(self, name: str) -> str:
+        """Register ``name``; ``ValueError('agent name taken')`` if it exists."""
+        clean = _name(name, "agent name")
+        aid = agent_id_for(clean)
+        if self._alive(aid):
+            raise InvalidArgument("agent name taken")
+        self._set([["agent", [aid], "name", clean], ["agent", [aid], "alive", True]])
+        return aid
+
+    def get_or_create_agent(self, name: str) -> str:
+        clean = _name(name, "agent name")
+        aid = agent_id_for(clean)
+        return aid if self._alive(aid) else self.create_agent(clean)
+
+    def delete_agent(self, agent_id: str) -> None:
+        aid = _name(agent_id, "agent id")
+        if not self._alive(aid):
+            raise NotFound(f"unknown agent {aid}")
+        self._set([["agent", [aid], "alive", False]])
+
+    # -- threads -----------------------------------------------------------------------
+
+    def _require_agents(self, agent_ids: Iterable[str]) -> list[str]:
+        ids = list(dict.fromkeys(_name(a, "agent id") for a in agent_ids))
+        for aid in ids:
+            if not self._alive(aid):
+                raise NotFound(f"unknown agent {aid}")
+        return ids
+
+    def create_thread(self, *agent_ids: str) -> str:
+        """A new thread of these agents; ``ValueError('need >=2 participants')``."""
+        ids = list(dict.fromkeys(_name(a, "agent id") for a in agent_ids))
+        if len(ids) < 2:
+            raise InvalidArgument("need >=2 participants")
+        self._require_agents(ids)
+        made: list[str] = []
+
+        def body(seq: int) -> dict[str, Any]:
+            tid = opsmod.derived_id("th_", self.node_key, seq)
+            made.append(tid)
+            writes: list[list[Any]] = [["thread", [tid], "created", self._wall()]]
+            return {"w": writes + [["member", [tid, a], "in", True] for a in ids]}
+
+        self._write(KIND_SET, body)
+        return made[-1]
+
+    def _thread_row(self, cur: Any, tid: str) -> Any:
+        return cur.execute("SELECT id, created FROM threads WHERE id = ?", (tid,)).fetchone()
+
+    def _members(self, cur: Any, tid: str) -> list[str]:
+        rows = cur.execute("SELECT agent FROM members WHERE thread = ? AND present = 1 ORDER BY agent", (tid,))
+        return [r[0] for r in rows]
+
+    def get_thread(self, thread_id: str) -> Thread | None:
+        tid = _name(thread_id, "thread id")
+        with self._store.read() as cur:
+            row = self._thread_row(cur, tid)
+            if row is None:
+                return None
+            return Thread(tid, self._members(cur, tid), _iso(row[1]))
+
+    def _require_thread(self, thread_id: str) -> tuple[str, list[str]]:
+        tid = _name(thread_id, "thread id")
+        with self._store.read() as cur:
+            if self._thread_row(cur, tid) is None:
+                raise NotFound(f"unknown thread {tid}")
+            return tid, self._members(cur, tid)
+
+    def find_threads(self, *agent_ids: str) -> list[str]:
+        """Threads that have every one of ``agent_ids`` among their participants."""
+        ids = list(dict.fromkeys(_name(a, "agent id") for a in agent_ids))
+        with self._store.read() as cur:
+            if not ids:
+                return [r[0] for r in cur.execute("SELECT id FROM threads ORDER BY created, id")]
+            marks = ",".join("?" * len(ids))
+            rows = cur.execute(
+                f"SELECT m.thread FROM members m JOIN threads t ON t.id = m.thread"
+                f" WHERE m.agent IN ({marks}) AND m.present = 1"
+                f" GROUP BY m.thread HAVING count(*) = ? ORDER BY min(t.created), m.thread",
+                (*ids, len(ids)),
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def join_thread(self, thread_id: str, agent_id: str) -> None:
+        tid, members = self._require_thread(thread_id)
+        (aid,) = self._require_agents([agent_id])
+        if aid not in members:
+            self._set([["member", [tid, aid], "in", True]])
+
+    def leave_thread(self, thread_id: str, agent_id: str) -> None:
+        tid, members = self._require_thread(thread_id)
+        aid = _name(agent_id, "agent id")
+        if aid not in members:
+            raise InvalidArgument("agent not in thread")
+        self._set([["member", [tid, aid], "in", False]])
+
+    def append(self, thread_id: str, sender: str, content: str) -> int:
+        """Append to a thread; returns the message's seq. Sender must be a participant."""
+        tid, members = self._require_thread(thread_id)
+        aid = _name(sender, "sender")
+        if aid not in members:
+            raise InvalidArgument("sender not in thread")
+        body = {"f": aid, "fi": None, "c": None, "ti": None, "t": tid, "x": check_content(content)}
+        lseq, _op = self._write(KIND_MSG, lambda _seq: body)
+        return lseq
+
+    def poll(self, thread_id: str, after_seq: int = 0, limit: int = MAX_LIMIT) -> list[ThreadMessage]:
+        """Thread messages with seq > ``after_seq``, in local arrival order."""
+        tid, _ = self._require_thread(thread_id)
+        after = check_count(after_seq, "after_seq")
+        limit = check_count(limit, "limit", low=1, high=MAX_LIMIT)
+        with self._store.read() as cur:
+            rows = cur.execute(
+                "SELECT lseq, id, sender, content, hlc FROM messages"
+                " WHERE thread = ? AND lseq > ? ORDER BY lseq LIMIT ?",
+                (tid, after, limit),
+            ).fetchall()
+        return [ThreadMessage(r[0], r[1], r[2], r[3], hlcmod.to_iso(r[4])) for r in rows]
+
+    def mark_read(self, thread_id: str, agent_id: str, seq: int) -> None:
+        """Mark every thread message with seq <= ``seq`` read for ``agent_id``."""
+        tid, _ = self._require_thread(thread_id)
+        aid = _name(agent_id, "agent id")
+        upto = check_count(seq, "seq")
+        with self._store.read() as cur:
+            rows = cur.execute(
+                "SELECT m.id, rc.delivered FROM messages m LEFT JOIN receipts rc"
+                " ON rc.msg_id = m.id AND rc.role = ? AND rc.inst = ''"
+                " WHERE m.thread = ? AND m.lseq <= ? AND rc.read IS NULL",
+                (aid, tid, upto),
+            ).fetchall()
+        now = self._wall()
+        writes: list[list[Any]] = []
+        for mid, delivered in rows:
+            writes.append(["rcpt", [mid, aid, ""], "r", now])
+            if delivered is None:
+                writes.append(["rcpt", [mid, aid, ""], "d", now])
+        if writes:
+            self._set(writes)
+
+    def _read_counts(self, cur: Any, tid: str, aid: str) -> tuple[int, int, int, int, int | None]:
+        row = cur.execute(
+            "SELECT count(*), max(m.hlc),"
+            " coalesce(max(CASE WHEN rc.read IS NOT NULL THEN m.lseq END), 0),"
+            " coalesce(sum(rc.read IS NULL), 0),"
+            " coalesce(sum(rc.read IS NULL AND m.sender != ?1), 0)"
+            " FROM messages m LEFT JOIN receipts rc ON rc.msg_id = m.id AND rc.role = ?1 AND rc.inst = ''"
+            " WHERE m.thread = ?2",
+            (aid, tid),
+        ).fetchone()
+        return int(row[0]), int(row[2]), int(row[3]), int(row[4]), row[1]
+
+    def has_unread(self, thread_id: str, agent_id: str) -> bool:
+        """Whether the thread holds messages from others that ``agent_id`` has not read."""
+        tid, _ = self._require_thread(thread_id)
+        aid = _name(agent_id, "agent id")
+        with self._store.read() as cur:
+            return self._read_counts(cur, tid, aid)[3] > 0
+
+    def get_thread_info(self, thread_id: str) -> ThreadInfo | None:
+        tid = _name(thread_id, "thread id")
+        with self._store.read() as cur:
+            row = self._thread_row(cur, tid)
+            if row is None:
+                return None
+            count, _c, _u, _o, latest = self._read_counts(cur, tid, "")
+            latest_iso = hlcmod.to_iso(latest) if latest is not None else _iso(row[1])
+            return ThreadInfo(tid, self._members(cur, tid), count, latest_iso)
+
+    def get_thread_read_state(self, thread_id: str, agent_id: str) -> ReadState | None:
+        tid = _name(thread_id, "thread id")
+        aid = _name(agent_id, "agent id")
+        with self._store.read() as cur:
+            if self._thread_row(cur, tid) is None:
+                return None
+            _count, cursor, unread, others, _l = self._read_counts(cur, tid, aid)
+            return ReadState(cursor, unread, others)
+
+    # -- sync surface ------------------------------------------------------------------
+
+    def vector(self) -> dict[bytes, int]:
+        """Origin key -> highest seq held contiguously."""
+        with self._store.read() as cur:
+            return {bytes(r[0]): int(r[1]) for r in cur.execute("SELECT node, contig FROM origins WHERE contig > 0")}
+
+    def ops_missing(self, theirs: Mapping[bytes, int], byte_budget: int) -> Page:
+        """The ops ``theirs`` lacks, in origin-seq order, paged by ``byte_budget``."""
+        check_count(byte_budget, "byte_budget", low=1)
+        ops: list[bytes] = []
+        ranges: dict[bytes, tuple[int, int]] = {}
+        used = 0
+        more = False
+        with self._store.read() as cur:
+            rows = cur.execute("SELECT oid, node, contig FROM origins WHERE contig > 0 ORDER BY node").fetchall()
+            wanted = vector.missing_ranges({bytes(r[1]): int(r[2]) for r in rows}, theirs)
+            oids = {bytes(r[1]): int(r[0]) for r in rows}
+            for origin, (lo, hi) in wanted.items():
+                if more:
+                    break
+                last = lo - 1
+                for seq, blob in cur.execute(
+                    "SELECT seq, blob FROM ops WHERE oid = ? AND seq BETWEEN ? AND ? ORDER BY seq",
+                    (oids[origin], lo, hi),
+                ):
+                    if ops and used + len(blob) > byte_budget:
+                        more = True
+                        break
+                    ops.append(bytes(blob))
+                    used += len(blob)
+                    last = seq
+                if last >= lo:
+                    ranges[origin] = (lo, last)
+                if last < hi:
+                    more = True
+        return Page(ops, ranges, more)
+
+    def apply(self, raws: Sequence[bytes]) -> ApplyResult:
+        """Verify every op, then store the new ones; all-or-nothing per call."""
+        decoded: list[Op] = []
+        for i, raw in enumerate(raws):
+            try:
+                decoded.append(opsmod.decode(raw))
+            except InvalidOp as exc:
+                raise InvalidOp(exc.reason, index=i) from None
+        if not decoded:
+            return ApplyResult(0, 0)
+        new: list[int] = []
+        new_oids: dict[bytes, int] = {}
+        with self._store.write() as cur:
+            touched: set[int] = set()
+            for op in decoded:
+                oid = self._oids.get(op.origin) or new_oids.get(op.origin)
+                if oid is None:
+                    oid = new_oids[op.origin] = store.origin_id(cur, op.origin)
+                lseq = store.store_op(cur, oid, op)
+                if lseq is not None:
+                    new.append(lseq)
+                    touched.add(oid)
+            for oid in touched:
+                _advance(cur, oid)
+            last = int(cur.execute("SELECT v FROM meta WHERE k = 'hlc'").fetchone()[0])
+            seen = max(op.hlc for op in decoded)
+            cur.execute("UPDATE meta SET v = ? WHERE k = 'hlc'",
+                        (hlcmod.observe(last, seen, self._wall(), self._max_drift_ms),))
+        self._oids.update(new_oids)
+        if new:
+            self._notify()
+        return ApplyResult(len(new), len(decoded) - len(new), new)
+
+    def max_lseq(self) -> int:
+        with self._store.read() as cur:
+            return int(cur.execute("SELECT coalesce(max(lseq), 0) FROM ops").fetchone()[0])
+
+    def ops_after(self, lseq: int, limit: int = 1000) -> list[tuple[int, bytes]]:
+        """Ops that landed here after local position ``lseq``, oldest first."""
+        with self._store.read() as cur:
+            rows = cur.execute("SELECT lseq, blob FROM ops WHERE lseq > ? ORDER BY lseq LIMIT ?", (lseq, limit))
+            return [(int(r[0]), bytes(r[1])) for r in rows]
+
+    def clock(self) -> int:
+        """The persisted HLC high-water mark."""
+        with self._store.read() as cur:
+            return int(cur.execute("SELECT v FROM meta WHERE k = 'hlc'").fetchone()[0])
+
+    def state_digest(self) -> str:
+        """A hash of the replicated state (messages and LWW registers), not local order."""
+        h = hashlib.blake2b(digest_size=16)
+        with self._store.read() as cur:
+            for row in cur.execute(
+                "SELECT id, sender, sender_inst, channel, to_inst, thread, content, hlc FROM messages ORDER BY id"
+            ):
+                h.update(msgpack.packb(list(row), use_bin_type=True))
+            for row in cur.execute("SELECT tbl, k, f, v, hlc, origin FROM lww ORDER BY tbl, k, f"):
+                h.update(msgpack.packb(list(row), use_bin_type=True))
+        return h.hexdigest()
+
+    def stats(self) -> dict[str, int]:
+        with self._store.read() as cur:
+
+            def one(sql: str) -> int:
+                return int(cur.execute(sql).fetchone()[0])
+
+            return {
+                "ops": one("SELECT count(*) FROM ops"),
+                "messages": one("SELECT count(*) FROM messages"),
+                "receipts": one("SELECT count(*) FROM receipts"),
+                "profiles": one("SELECT count(*) FROM profiles"),
+                "origins": one("SELECT count(*) FROM origins WHERE contig > 0"),
+                "max_lseq": one("SELECT coalesce(max(lseq), 0) FROM ops"),
+            }
+
+    def integrity_check(self) -> str:
+        with self._store.read() as cur:
+            return str(cur.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+def _advance(cur: Any, oid: int) -> None:
+    """Move an origin's contiguous mark over every seq now held, and its top."""
+    contig = int(cur.execute("SELECT contig FROM origins WHERE oid = ?", (oid,)).fetchone()[0])
+    held = [r[0] for r in cur.execute("SELECT seq FROM ops WHERE oid = ? AND seq > ? ORDER BY seq", (oid, contig))]
+    top = max(held, default=contig)
+    cur.execute(
+        "UPDATE origins SET contig = ?, top = max(top, ?) WHERE oid = ?",
+        (vector.contiguous(contig, held), top, oid),
+    )

@@ -1,0 +1,42 @@
+"""One error hierarchy for the replica.
+
+A bad call from a local caller is a ``LocalError``; bad data from a peer is a
+``RemoteError``; a storage failure is a ``StoreError``. sqlite3 exceptions are
+translated at the boundary and never escape the public API.
+"""
+
+from __future__ import annotations
+
+
+class PeerdError(Exception):
+    """Base of every error peerd raises on purpose."""
+
+
+class LocalError(PeerdError):
+    """The local caller asked for something invalid; nothing was changed."""
+
+
+class InvalidArgument(LocalError, ValueError):
+    """An argument is malformed, out of bounds or contradicts the state."""
+
+
+class NotFound(LocalError, LookupError):
+    """An id (message, receipt, thread, agent) is unknown to this replica."""
+
+
+class RemoteError(PeerdError):
+    """A peer sent data that fails verification; none of it was stored."""
+
+
+class InvalidOp(RemoteError):
+    """An op failed verification (encoding, signature, origin, size, kind, body)."""
+
+    def __init__(self, reason: str, *, index: int | None = None) -> None:
+        self.reason = reason
+        self.index = index
+        where = f"op #{index}: " if index is not None else ""
+        super().__init__(f"invalid op: {where}{reason}")
+
+
+class StoreError(PeerdError):
+    """The SQLite store failed (corrupt file, disk full, locked for too long)."""

@@ -1,0 +1,119 @@
+"""Plain result types returned by the replica API (frozen dataclasses)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class _Dict:
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload,no-any-return]
+
+
+@dataclass(frozen=True)
+class SentMessage(_Dict):
+    id: str
+    seq: int
+    created: str
+    hlc: int
+    recipients: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class InboxMessage(_Dict):
+    id: str
+    receipt_id: str
+    sender: str
+    sender_instance: str | None
+    channel: str
+    target_instance: str | None
+    content: str
+    created: str
+    seq: int
+    delivered_at: str | None
+    read_at: str | None
+
+
+@dataclass(frozen=True)
+class Inbox(_Dict):
+    messages: list[InboxMessage]
+    cursor: int
+
+
+@dataclass(frozen=True)
+class RecipientStatus(_Dict):
+    role: str
+    instance: str | None
+    receipt_id: str | None
+    delivered_at: str | None
+    read_at: str | None
+
+
+@dataclass(frozen=True)
+class Profile(_Dict):
+    orchestrator_id: str
+    name: str | None
+    static: str | None
+    dynamic: str | None
+    updated: str | None
+
+
+@dataclass(frozen=True)
+class Agent(_Dict):
+    id: str
+    name: str
+    alive: bool
+
+
+@dataclass(frozen=True)
+class Thread(_Dict):
+    id: str
+    participants: list[str]
+    created: str | None
+
+
+@dataclass(frozen=True)
+class ThreadMessage(_Dict):
+    seq: int
+    id: str
+    sender: str
+    content: str
+    created: str
+
+
+@dataclass(frozen=True)
+class ThreadInfo(_Dict):
+    thread_id: str
+    participants: list[str]
+    message_count: int
+    latest_activity: str | None
+
+
+@dataclass(frozen=True)
+class ReadState(_Dict):
+    cursor: int
+    unread_count: int
+    unread_from_others: int
+
+
+@dataclass(frozen=True)
+class Page:
+    """Ops a peer lacks. ``ranges[origin] = (lo, hi)``: the page holds every op of
+    that origin with lo <= seq <= hi. ``more``: the sender holds further ops the
+    receiver lacks (ask again with the updated vector)."""
+
+    ops: list[bytes]
+    ranges: dict[bytes, tuple[int, int]]
+    more: bool
+
+    @property
+    def size(self) -> int:
+        return sum(len(o) for o in self.ops)
+
+
+@dataclass(frozen=True)
+class ApplyResult(_Dict):
+    new: int
+    duplicate: int
+    new_lseqs: list[int] = field(default_factory=list)

@@ -1,0 +1,60 @@
+"""SQLite schema and its migrations.
+
+``ops`` is the source of truth (every signed op, keyed by (origin, seq), its
+rowid is the local arrival sequence ``lseq``); every other table is a
+projection of the ops and can be rebuilt from them. ``meta.schema_version``
+says which migrations have run; migrations only ever move forward.
+"""
+
+from __future__ import annotations
+
+SCHEMA_V1 = """
+CREATE TABLE meta(k TEXT PRIMARY KEY, v) WITHOUT ROWID;
+CREATE TABLE origins(
+    oid INTEGER PRIMARY KEY,
+    node BLOB NOT NULL UNIQUE,
+    contig INTEGER NOT NULL DEFAULT 0,
+    top INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE ops(
+    lseq INTEGER PRIMARY KEY,
+    oid INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    blob BLOB NOT NULL
+);
+CREATE UNIQUE INDEX ops_by_origin ON ops(oid, seq);
+CREATE TABLE messages(
+    lseq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    sender TEXT NOT NULL,
+    sender_inst TEXT,
+    channel TEXT,
+    to_inst TEXT,
+    thread TEXT,
+    content TEXT NOT NULL,
+    hlc INTEGER NOT NULL
+);
+CREATE INDEX messages_by_thread ON messages(thread, lseq) WHERE thread IS NOT NULL;
+CREATE TABLE routes(role TEXT NOT NULL, lseq INTEGER NOT NULL, PRIMARY KEY(role, lseq)) WITHOUT ROWID;
+CREATE TABLE lww(
+    tbl TEXT NOT NULL, k TEXT NOT NULL, f TEXT NOT NULL, v,
+    hlc INTEGER NOT NULL, origin BLOB NOT NULL,
+    PRIMARY KEY(tbl, k, f)
+) WITHOUT ROWID;
+CREATE TABLE receipts(
+    msg_id TEXT NOT NULL, role TEXT NOT NULL, inst TEXT NOT NULL,
+    rid TEXT NOT NULL UNIQUE, delivered INTEGER, read INTEGER,
+    PRIMARY KEY(msg_id, role, inst)
+) WITHOUT ROWID;
+CREATE TABLE profiles(id TEXT PRIMARY KEY, name TEXT, static TEXT, dynamic TEXT, updated INTEGER) WITHOUT ROWID;
+CREATE TABLE agents(id TEXT PRIMARY KEY, name TEXT, alive INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
+CREATE INDEX agents_by_name ON agents(name);
+CREATE TABLE threads(id TEXT PRIMARY KEY, created INTEGER) WITHOUT ROWID;
+CREATE TABLE members(thread TEXT NOT NULL, agent TEXT NOT NULL, present INTEGER NOT NULL,
+    PRIMARY KEY(thread, agent)) WITHOUT ROWID;
+CREATE INDEX members_by_agent ON members(agent, thread) WHERE present = 1;
+INSERT INTO meta(k, v) VALUES ('hlc', 0);
+"""
+
+MIGRATIONS: tuple[str, ...] = (SCHEMA_V1,)
+LATEST = len(MIGRATIONS)

@@ -1,0 +1,59 @@
+"""Version vectors as pure functions.
+
+A vector maps an origin (32-byte node key) to the highest seq held
+contiguously from 1. A missing origin means 0. Invariants: ``contiguous``
+never skips a hole; ``missing_ranges`` only offers seqs the sender holds
+contiguously, so every page a receiver applies moves its vector forward and a
+round can never loop on a hole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+
+Vector = Mapping[bytes, int]
+
+
+def contiguous(start: int, held: Iterable[int]) -> int:
+    """Highest n >= start such that every seq in (start, n] is held."""
+    have = set(held)
+    n = start
+    while n + 1 in have:
+        n += 1
+    return n
+
+
+def missing_ranges(ours: Vector, theirs: Vector) -> dict[bytes, tuple[int, int]]:
+    """Per origin, the inclusive seq range we hold and they lack."""
+    return {o: (theirs.get(o, 0) + 1, top) for o, top in ours.items() if top > theirs.get(o, 0)}
+
+
+def lag(ours: Vector, theirs: Vector) -> int:
+    """How many ops ``theirs`` holds that ``ours`` lacks."""
+    return sum(max(0, top - ours.get(o, 0)) for o, top in theirs.items())
+
+
+def dominates(a: Vector, b: Vector) -> bool:
+    return all(a.get(o, 0) >= n for o, n in b.items())
+
+
+def digest(vector: Vector) -> bytes:
+    """A short hash of a vector: equal vectors, equal digests (8 bytes)."""
+    h = hashlib.blake2b(digest_size=8, person=b"peerd-vector")
+    for origin in sorted(o for o, n in vector.items() if n > 0):
+        h.update(origin)
+        h.update(vector[origin].to_bytes(8, "big"))
+    return h.digest()
+
+
+def take_within(sizes: Iterable[int], budget: int) -> int:
+    """How many leading items fit the byte budget (always at least one)."""
+    used = 0
+    count = 0
+    for size in sizes:
+        if count and used + size > budget:
+            break
+        used += size
+        count += 1
+    return count
