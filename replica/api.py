@@ -232,8 +232,8 @@ class Replica:
         undelivered = [["rcpt", [r[1], role, routing.instance_key(inst)], "d", now] for r in rows if r[9] is None]
         if undelivered:
             self._set(undelivered)
+        rows.sort(key=lambda r: (r[7], r[0]))  # creation order (HLC) within the page
         msgs = [self._inbox_message(r, role, inst, now) for r in rows]
-        msgs.sort(key=lambda m: (m.created, m.id))
         cursor = max((m.seq for m in msgs), default=after)
         return Inbox(msgs, cursor)
 

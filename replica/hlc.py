@@ -34,7 +34,7 @@ def tick(last: int, wall_ms: int) -> int:
 
 def observe(last: int, remote: int, wall_ms: int, max_drift_ms: int = DEFAULT_MAX_DRIFT_MS) -> int:
     """Our clock after seeing ``remote``; a remote far ahead is capped."""
-    ceiling = pack(wall_ms + max_drift_ms, LOGICAL_MASK)
+    ceiling = pack(wall_ms + max_drift_ms)
     bounded = min(remote, ceiling)
     return max(last, bounded, pack(wall_ms))
 

@@ -1,0 +1,165 @@
+"""Merge is commutative, associative and idempotent: property tests over random ops."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from replica import Replica, hlc, lww
+from replica.lww import Write
+from tests.conftest import pull
+
+ROLES = ["a", "b", "c"]
+
+action = st.one_of(
+    st.tuples(st.just("send"), st.sampled_from(ROLES), st.sampled_from(["a", "b", "a,c", "broadcast"]), st.text(max_size=8)),
+    st.tuples(st.just("profile"), st.sampled_from(["p1", "p2"]), st.sampled_from(["name", "static", "dynamic"]), st.text(max_size=5)),
+    st.tuples(st.just("check"), st.sampled_from(ROLES), st.none(), st.none()),
+    st.tuples(st.just("read"), st.sampled_from(ROLES), st.none(), st.none()),
+    st.tuples(st.just("agent"), st.sampled_from(["x", "y"]), st.booleans(), st.none()),
+)
+
+
+def _run(r: Replica, act: tuple[Any, ...]) -> None:
+    kind, a, b, c = act
+    if kind == "send":
+        r.send_message(a, b, c)
+    elif kind == "profile":
+        r.update_profile(a, **{b: c})
+    elif kind == "check":
+        r.check_messages(a)
+    elif kind == "read":
+        ids = [m.receipt_id for m in r.check_messages(a).messages]
+        if ids:
+            r.mark_as_read(ids)
+    elif kind == "agent":
+        aid = r.get_or_create_agent(a)
+        if b:
+            r.delete_agent(aid)
+
+
+def _ops_of(origins: list[Replica]) -> list[bytes]:
+    return [raw for r in origins for _, raw in r.ops_after(0, 100_000)]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    plan=st.lists(st.tuples(st.integers(0, 2), action), min_size=1, max_size=25),
+    data=st.data(),
+)
+def test_any_order_any_duplication_any_paging_converges(plan: list[tuple[int, tuple[Any, ...]]], data: st.DataObject) -> None:
+    """Ops from three origins applied to three replicas in random orders, duplicated, in random
+    partial batches, give every replica the state of applying everything at once."""
+    clock = [10_000_000]
+
+    def wall() -> int:
+        clock[0] += data.draw(st.integers(-5, 20), label="tick")
+        return clock[0]
+
+    origins = [Replica.open(wall=wall) for _ in range(3)]
+    for who, act in plan:
+        _run(origins[who], act)
+        if data.draw(st.booleans(), label="gossip"):  # sometimes origins see each other's ops
+            pull(origins[who], origins[(who + 1) % 3])
+    origins[0].send_message("a", "b", "anchor")  # at least one op, so there is something to shuffle
+    everything = _ops_of(origins)
+
+    reference = Replica.open()
+    reference.apply(everything)
+    for _ in range(3):
+        replica = Replica.open()
+        shuffled = data.draw(st.permutations(everything + data.draw(st.lists(st.sampled_from(everything)), label="dups")))
+        while shuffled:
+            n = data.draw(st.integers(1, len(shuffled)), label="batch")
+            replica.apply(shuffled[:n])
+            shuffled = shuffled[n:]
+        assert replica.state_digest() == reference.state_digest()
+        assert replica.vector() == reference.vector()
+
+
+@settings(max_examples=25, deadline=None)
+@given(plan=st.lists(st.tuples(st.integers(0, 2), action), min_size=1, max_size=15), budget=st.integers(50, 3000))
+def test_paged_pull_in_any_direction_converges(plan: list[tuple[int, tuple[Any, ...]]], budget: int) -> None:
+    """Pulling through small pages of ops_missing, in a ring, brings all replicas to one state."""
+    rs = [Replica.open() for _ in range(3)]
+    for who, act in plan:
+        _run(rs[who], act)
+    for _ in range(2):
+        for i in range(3):
+            pull(rs[i], rs[(i + 1) % 3], budget)
+    assert len({r.state_digest() for r in rs}) == 1
+    assert all(r.vector() == rs[0].vector() for r in rs)
+
+
+stamps = st.tuples(st.integers(0, 5), st.sampled_from([b"\x01", b"\x02", b"\x03"]))
+writes = st.lists(
+    st.builds(Write, key=st.sampled_from([("t", "k", "f"), ("t", "k", "g")]), value=st.integers(0, 3), stamp=stamps),
+    max_size=12,
+    unique_by=lambda w: w.stamp,  # one origin never reuses a stamp
+)
+
+
+@given(xs=writes, ys=writes, zs=writes)
+def test_lww_merge_laws(xs: list[Write], ys: list[Write], zs: list[Write]) -> None:
+    """LWW merge is commutative, associative and idempotent (stamps are unique per write)."""
+    stamps_seen = [w.stamp for w in xs + ys + zs]
+    if len(stamps_seen) != len(set(stamps_seen)):
+        return
+    m = lww.merge
+    assert m(m({}, xs), ys) == m(m({}, ys), xs)
+    assert m(m(m({}, xs), ys), zs) == m(m({}, xs), ys + zs)
+    assert m(m({}, xs), xs) == m({}, xs)
+
+
+def test_lww_tie_on_hlc_resolved_by_origin() -> None:
+    """Two writes with the same HLC: the higher origin key wins, on every replica, in either order."""
+    lo = Write(("prof", "p", "name"), "from-1", (100, b"\x01"))
+    hi = Write(("prof", "p", "name"), "from-2", (100, b"\x02"))
+    assert m_value([lo, hi]) == m_value([hi, lo]) == "from-2"
+
+
+def m_value(ws: list[Write]) -> object:
+    return lww.merge({}, ws)[("prof", "p", "name")].value
+
+
+def test_lww_tie_on_hlc_between_replicas() -> None:
+    """Concurrent profile updates with equal clocks converge to the same winner everywhere."""
+    a = Replica.open(wall=lambda: 42)
+    b = Replica.open(wall=lambda: 42)
+    a.update_profile("p", name="A")
+    b.update_profile("p", name="B")
+    pull(a, b)
+    pull(b, a)
+    winner = "A" if a.node_key > b.node_key else "B"
+    assert a.get_profile("p").name == b.get_profile("p").name == winner  # type: ignore[union-attr]
+
+
+@given(walls=st.lists(st.integers(0, 10**6), min_size=1, max_size=50),
+       remotes=st.lists(st.integers(0, 2**50), min_size=1, max_size=50))
+def test_hlc_monotonic_under_skewed_remote_clocks(walls: list[int], remotes: list[int]) -> None:
+    """Whatever the wall clock and remote stamps do, our clock strictly increases and a
+    remote far ahead moves it at most max_drift past our wall clock."""
+    last = 0
+    for i, wall in enumerate(walls):
+        nxt = hlc.tick(last, wall)
+        assert nxt > last
+        last = nxt
+        remote = remotes[i % len(remotes)]
+        seen = hlc.observe(last, remote, wall, max_drift_ms=1000)
+        assert seen >= last
+        assert hlc.wall_of(seen) <= max(hlc.wall_of(last), wall + 1000)
+        last = seen
+
+
+def test_replica_clock_capped_against_far_future_peer() -> None:
+    """Applying an op stamped a year ahead does not drag our clock a year ahead."""
+    future = Replica.open(wall=lambda: 10_000_000 + 365 * 86_400_000)
+    here = Replica.open(wall=lambda: 10_000_000)
+    future.send_message("a", "b", "from the future")
+    pull(here, future)
+    assert hlc.wall_of(here.clock()) <= 10_000_000 + hlc.DEFAULT_MAX_DRIFT_MS
+    assert here.check_messages("b").messages[0].content == "from the future"
+    here.send_message("b", "a", "reply")
+    assert hlc.wall_of(here.clock()) <= 10_000_000 + hlc.DEFAULT_MAX_DRIFT_MS

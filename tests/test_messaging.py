@@ -1,0 +1,162 @@
+"""Messaging: receipt lifecycle, cursors, ordering, status, argument errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from replica import InvalidArgument, NotFound, Replica
+from replica.ops import MAX_CONTENT_BYTES
+from tests.conftest import pull
+
+
+def test_receipt_lifecycle_unread_delivered_read(mem: Replica) -> None:
+    """Unread -> delivered on first return -> read; read ones are excluded but kept for audit."""
+    sent = mem.send_message("alpha", "beta", "hello")
+    assert mem.message_status(sent.id)[0].delivered_at is None
+    first = mem.check_messages("beta").messages
+    assert len(first) == 1 and first[0].delivered_at is not None and first[0].read_at is None
+    status = mem.message_status(sent.id)
+    assert status[0].role == "beta" and status[0].delivered_at is not None and status[0].read_at is None
+    again = mem.check_messages("beta").messages
+    assert [m.id for m in again] == [sent.id] and again[0].delivered_at == first[0].delivered_at
+    assert mem.mark_as_read([first[0].receipt_id]) == 1
+    assert mem.check_messages("beta").messages == []
+    status = mem.message_status(sent.id)
+    assert status[0].read_at is not None
+    assert mem.stats()["messages"] == 1
+
+
+def test_mark_as_read_twice_counts_once(mem: Replica) -> None:
+    """Marking an already-read receipt again changes nothing and counts zero."""
+    mem.send_message("alpha", "beta", "x")
+    rid = mem.check_messages("beta").messages[0].receipt_id
+    assert mem.mark_as_read([rid, rid]) == 1
+    ops_before = mem.stats()["ops"]
+    assert mem.mark_as_read([rid]) == 0
+    assert mem.stats()["ops"] == ops_before
+
+
+def test_mark_as_read_unknown_id_changes_nothing(mem: Replica) -> None:
+    """An unknown receipt id raises NotFound and no receipt is marked, not even the known ones."""
+    mem.send_message("alpha", "beta", "x")
+    rid = mem.check_messages("beta").messages[0].receipt_id
+    before = mem.state_digest()
+    with pytest.raises(NotFound, match="unknown receipt id"):
+        mem.mark_as_read([rid, "nope"])
+    assert mem.state_digest() == before
+    assert len(mem.check_messages("beta").messages) == 1
+
+
+def test_oldest_first_and_limit_with_cursor(mem: Replica) -> None:
+    """Messages come oldest first; limit pages them and the cursor continues after the page."""
+    for i in range(5):
+        mem.send_message("alpha", "beta", f"m{i}")
+    page = mem.check_messages("beta", limit=2)
+    assert [m.content for m in page.messages] == ["m0", "m1"]
+    page2 = mem.check_messages("beta", since=page.cursor, limit=10)
+    assert [m.content for m in page2.messages] == ["m2", "m3", "m4"]
+
+
+def test_cursor_never_skips_late_message_with_old_timestamp() -> None:
+    """A message written offline earlier but arriving later is returned after the cursor."""
+    now = [1_000_000]
+    offline = Replica.open(wall=lambda: now[0])
+    online = Replica.open(wall=lambda: now[0] + 50_000)
+    offline.send_message("alpha", "beta", "written long ago")  # old HLC
+    online.send_message("gamma", "beta", "written now")
+    first = online.check_messages("beta")
+    assert [m.content for m in first.messages] == ["written now"]
+    pull(online, offline)  # the old message arrives late
+    late = online.check_messages("beta", since=first.cursor)
+    assert [m.content for m in late.messages] == ["written long ago"]
+    assert late.messages[0].created < first.messages[0].created
+
+
+def test_chronological_order_on_reconnect() -> None:
+    """Messages that arrive together from a reconnecting peer come back in creation order."""
+    clock = [5_000_000]
+    a = Replica.open(wall=lambda: clock[0])
+    b = Replica.open(wall=lambda: clock[0])
+    c = Replica.open(wall=lambda: clock[0])
+    for i, src in enumerate([a, b, a, b, a]):
+        clock[0] += 10
+        src.send_message(f"s{i}", "inbox", f"m{i}")
+    pull(c, b)
+    pull(c, a)  # a's ops land after b's, interleaved in time
+    got = c.check_messages("inbox").messages
+    assert [m.content for m in got] == ["m0", "m1", "m2", "m3", "m4"]
+
+
+def test_message_status_lists_pending_recipients(mem: Replica) -> None:
+    """Status shows each targeted role, pending until it checks its inbox."""
+    sent = mem.send_message("alpha", "beta,gamma", "x")
+    mem.check_messages("beta")
+    status = {s.role: s for s in mem.message_status(sent.id)}
+    assert set(status) == {"beta", "gamma"}
+    assert status["beta"].delivered_at is not None and status["gamma"].delivered_at is None
+
+
+def test_message_status_unknown_id(mem: Replica) -> None:
+    """Status of an unknown message is a NotFound error."""
+    with pytest.raises(NotFound, match="unknown message id"):
+        mem.message_status("does-not-exist")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"from_": "", "channel": "b", "content": "x"}, "from must be a non-empty string"),
+        ({"from_": "a", "channel": " , ", "content": "x"}, "channel names no role"),
+        ({"from_": "a", "channel": "b", "content": 5}, "content must be a string"),
+        ({"from_": "a", "channel": "b", "content": "x" * (MAX_CONTENT_BYTES + 1)}, "limit is 65536 bytes"),
+        ({"from_": "a", "channel": "b", "content": "x", "instance_id": ""}, "instanceId"),
+        ({"from_": "a" * 300, "channel": "b", "content": "x"}, "longer than 256"),
+        ({"from_": "a\n", "channel": "b\x00", "content": "x"}, "control characters"),
+    ],
+)
+def test_bad_send_arguments_change_nothing(mem: Replica, kwargs: dict[str, object], match: str) -> None:
+    """Malformed or oversized arguments raise InvalidArgument and write nothing."""
+    before = mem.state_digest()
+    with pytest.raises(InvalidArgument, match=match):
+        mem.send_message(**kwargs)  # type: ignore[arg-type]
+    assert mem.state_digest() == before and mem.stats()["ops"] == 0
+
+
+def test_bad_check_arguments(mem: Replica) -> None:
+    """Bad limit or cursor values are clear errors."""
+    with pytest.raises(InvalidArgument, match="limit must be between 1 and 1000"):
+        mem.check_messages("beta", limit=0)
+    with pytest.raises(InvalidArgument, match="since must be"):
+        mem.check_messages("beta", since=-1)
+    with pytest.raises(InvalidArgument, match="receiptIds must be a list"):
+        mem.mark_as_read("abc")
+
+
+def test_content_at_limit_is_accepted(mem: Replica) -> None:
+    """Content of exactly the limit is stored and read back intact."""
+    big = "é" * (MAX_CONTENT_BYTES // 2)
+    mem.send_message("a", "b", big)
+    assert mem.check_messages("b").messages[0].content == big
+
+
+def test_profiles_field_wise_update(mem: Replica) -> None:
+    """Updating one profile field keeps the others."""
+    mem.update_profile("orch-1", name="Builder", static="builds things")
+    p = mem.update_profile("orch-1", dynamic="busy")
+    assert (p.name, p.static, p.dynamic) == ("Builder", "builds things", "busy")
+    assert mem.get_profile("nobody") is None
+    assert [x.orchestrator_id for x in mem.list_profiles()] == ["orch-1"]
+    with pytest.raises(InvalidArgument, match="at least one of"):
+        mem.update_profile("orch-1")
+
+
+def test_receipts_sync_between_replicas() -> None:
+    """A read marked on one replica shows in the sender's status on another."""
+    a, b = Replica.open(), Replica.open()
+    sent = a.send_message("alpha", "beta", "x")
+    pull(b, a)
+    rid = b.check_messages("beta").messages[0].receipt_id
+    b.mark_as_read([rid])
+    pull(a, b)
+    (status,) = a.message_status(sent.id)
+    assert status.read_at is not None and status.receipt_id == rid

@@ -1,0 +1,98 @@
+"""Routing: who sees a message (pure rules and the replica's inbox query agree)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from replica import Replica
+from replica.routing import Envelope, parse_channel, visible_to
+
+
+def inbox(r: Replica, role: str, inst: str | None = None) -> list[str]:
+    return [m.content for m in r.check_messages(role, inst).messages]
+
+
+def test_parse_channel_trims_dedupes_and_absorbs_broadcast() -> None:
+    """Comma lists are trimmed and de-duplicated; 'broadcast' anywhere means broadcast."""
+    assert parse_channel(" tau , phi,tau,, ") == ("tau", "phi")
+    assert parse_channel("tau, broadcast") == ("broadcast",)
+    assert parse_channel(" , ") == ()
+
+
+def test_direct_message_reaches_only_its_role(mem: Replica) -> None:
+    """A message to one role is seen by that role and nobody else."""
+    mem.send_message("alpha", "beta", "hi beta")
+    assert inbox(mem, "beta") == ["hi beta"]
+    assert inbox(mem, "gamma") == []
+    assert inbox(mem, "alpha") == []
+
+
+def test_role_list_reaches_each_listed_role(mem: Replica) -> None:
+    """'tau, phi' reaches tau and phi, each with its own receipt."""
+    mem.send_message("alpha", "tau, phi", "to both")
+    tau = mem.check_messages("tau").messages
+    phi = mem.check_messages("phi").messages
+    assert [m.content for m in tau] == ["to both"] and [m.content for m in phi] == ["to both"]
+    assert tau[0].receipt_id != phi[0].receipt_id
+    assert inbox(mem, "rho") == []
+
+
+def test_broadcast_reaches_every_role_but_not_sender_instance(mem: Replica) -> None:
+    """A broadcast reaches every role, even one never seen before, but not its sender."""
+    mem.send_message("alpha", "broadcast", "all hands", from_instance_id="a1")
+    assert inbox(mem, "beta") == ["all hands"]
+    assert inbox(mem, "brand-new-role") == ["all hands"]
+    assert inbox(mem, "alpha", "a1") == []
+    assert inbox(mem, "alpha", "a2") == ["all hands"]
+
+
+def test_broadcast_reaches_role_whose_profile_appears_later(mem: Replica) -> None:
+    """A role that registers a profile after the broadcast still gets it."""
+    mem.send_message("alpha", "broadcast", "early news")
+    mem.update_profile("late", name="Late Role")
+    assert inbox(mem, "late") == ["early news"]
+
+
+def test_instance_target_reaches_only_that_instance(mem: Replica) -> None:
+    """With a target instance, only that instance of the role sees the message."""
+    mem.send_message("alpha", "beta", "just b2", instance_id="b2")
+    assert inbox(mem, "beta", "b1") == []
+    assert inbox(mem, "beta") == []
+    assert inbox(mem, "beta", "b2") == ["just b2"]
+
+
+def test_untargeted_message_gives_each_instance_its_own_receipt(mem: Replica) -> None:
+    """Every instance of a role sees an untargeted message and reads it independently."""
+    mem.send_message("alpha", "beta", "for all betas")
+    b1 = mem.check_messages("beta", "b1").messages
+    b2 = mem.check_messages("beta", "b2").messages
+    assert b1[0].receipt_id != b2[0].receipt_id
+    mem.mark_as_read([b1[0].receipt_id])
+    assert inbox(mem, "beta", "b1") == []
+    assert inbox(mem, "beta", "b2") == ["for all betas"]
+
+
+def test_sender_own_instance_not_served_its_message_to_own_role(mem: Replica) -> None:
+    """Sending to one's own role reaches sibling instances but not oneself."""
+    mem.send_message("beta", "beta", "note to the team", from_instance_id="b1")
+    assert inbox(mem, "beta", "b1") == []
+    assert inbox(mem, "beta", "b2") == ["note to the team"]
+
+
+names = st.sampled_from(["a", "b", "c"])
+insts = st.one_of(st.none(), st.sampled_from(["1", "2"]))
+
+
+@given(
+    sender=names, sender_inst=insts, channel=st.sampled_from(["a", "b", "a,b", "b, c", "broadcast"]),
+    target=insts, role=names, inst=insts,
+)
+def test_inbox_query_matches_pure_rule(
+    sender: str, sender_inst: str | None, channel: str, target: str | None, role: str, inst: str | None
+) -> None:
+    """The SQL inbox query returns a message exactly when the pure routing rule says so."""
+    with Replica.open() as r:
+        r.send_message(sender, channel, "x", instance_id=target, from_instance_id=sender_inst)
+        expected = visible_to(Envelope(sender, sender_inst, channel, target), role, inst)
+        assert (len(r.check_messages(role, inst).messages) == 1) == expected

@@ -1,0 +1,121 @@
+"""Agents and threads: the thread-bus semantics and its error messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from replica import InvalidArgument, NotFound, Replica, agent_id_for
+from tests.conftest import pull
+
+
+def test_agent_id_is_the_same_on_every_replica() -> None:
+    """Two replicas creating 'alice' offline get the same agent id, and it converges to one agent."""
+    a, b = Replica.open(), Replica.open()
+    ida, idb = a.create_agent("alice"), b.create_agent("alice")
+    assert ida == idb == agent_id_for("alice")
+    pull(a, b)
+    pull(b, a)
+    assert [x.id for x in a.list_agents()] == [ida] and a.state_digest() == b.state_digest()
+
+
+def test_create_agent_twice_is_taken(mem: Replica) -> None:
+    """create_agent on an existing name raises ValueError('agent name taken'); get_or_create returns it."""
+    aid = mem.create_agent("bob")
+    with pytest.raises(ValueError, match="agent name taken"):
+        mem.create_agent("bob")
+    assert mem.get_or_create_agent("bob") == aid
+
+
+def test_delete_agent_then_recreate(mem: Replica) -> None:
+    """A deleted agent is gone from the list; its name can be created again."""
+    aid = mem.create_agent("carol")
+    mem.delete_agent(aid)
+    assert mem.list_agents() == [] and mem.get_agent(aid) is not None and not mem.get_agent(aid).alive  # type: ignore[union-attr]
+    with pytest.raises(NotFound, match="unknown agent"):
+        mem.delete_agent(aid)
+    assert mem.create_agent("carol") == aid
+
+
+def test_thread_needs_two_participants(mem: Replica) -> None:
+    """A thread of one agent (even listed twice) is refused with 'need >=2 participants'."""
+    a = mem.create_agent("a")
+    with pytest.raises(ValueError, match="need >=2 participants"):
+        mem.create_thread(a, a)
+    with pytest.raises(NotFound, match="unknown agent"):
+        mem.create_thread(a, agent_id_for("ghost"))
+
+
+def test_thread_conversation_poll_and_read_state(mem: Replica) -> None:
+    """Append, poll after a seq, mark read up to a seq, and the unread counts follow."""
+    a, b = mem.create_agent("a"), mem.create_agent("b")
+    tid = mem.create_thread(a, b)
+    assert mem.get_thread(tid).participants == sorted([a, b])  # type: ignore[union-attr]
+    s1 = mem.append(tid, a, "hi b")
+    s2 = mem.append(tid, b, "hi a")
+    s3 = mem.append(tid, a, "how are you")
+    assert [m.content for m in mem.poll(tid)] == ["hi b", "hi a", "how are you"]
+    assert [m.seq for m in mem.poll(tid, after_seq=s1)] == [s2, s3]
+    assert mem.has_unread(tid, b)
+    state = mem.get_thread_read_state(tid, b)
+    assert state is not None and (state.cursor, state.unread_count, state.unread_from_others) == (0, 3, 2)
+    mem.mark_read(tid, b, s2)
+    state = mem.get_thread_read_state(tid, b)
+    assert state is not None and (state.cursor, state.unread_count, state.unread_from_others) == (s2, 1, 1)
+    mem.mark_read(tid, b, s3)
+    assert not mem.has_unread(tid, b)
+    info = mem.get_thread_info(tid)
+    assert info is not None and info.message_count == 3 and info.latest_activity is not None
+
+
+def test_sender_must_be_in_thread(mem: Replica) -> None:
+    """Appending as a non-participant raises 'sender not in thread' and writes nothing."""
+    a, b, c = mem.create_agent("a"), mem.create_agent("b"), mem.create_agent("c")
+    tid = mem.create_thread(a, b)
+    before = mem.state_digest()
+    with pytest.raises(ValueError, match="sender not in thread"):
+        mem.append(tid, c, "let me in")
+    assert mem.state_digest() == before
+    mem.join_thread(tid, c)
+    mem.append(tid, c, "joined")
+    mem.leave_thread(tid, c)
+    with pytest.raises(ValueError, match="sender not in thread"):
+        mem.append(tid, c, "left already")
+    with pytest.raises(InvalidArgument, match="agent not in thread"):
+        mem.leave_thread(tid, c)
+
+
+def test_find_threads_by_participants(mem: Replica) -> None:
+    """find_threads returns threads containing all the given agents."""
+    a, b, c = mem.create_agent("a"), mem.create_agent("b"), mem.create_agent("c")
+    ab = mem.create_thread(a, b)
+    abc = mem.create_thread(a, b, c)
+    bc = mem.create_thread(b, c)
+    assert mem.find_threads(a, b) == [ab, abc]
+    assert mem.find_threads(c) == [abc, bc]
+    assert mem.find_threads(a, c) == [abc]
+
+
+def test_unknown_thread(mem: Replica) -> None:
+    """Unknown threads: info and read state are None, other calls raise NotFound."""
+    assert mem.get_thread_info("th_nope") is None
+    assert mem.get_thread_read_state("th_nope", "x") is None
+    assert mem.get_thread("th_nope") is None
+    for call in (lambda: mem.poll("th_nope"), lambda: mem.append("th_nope", "a", "x"),
+                 lambda: mem.has_unread("th_nope", "a"), lambda: mem.mark_read("th_nope", "a", 1)):
+        with pytest.raises(NotFound, match="unknown thread"):
+            call()
+
+
+def test_threads_sync_between_replicas() -> None:
+    """A thread created on one replica is usable on another after sync, and read state travels."""
+    x, y = Replica.open(), Replica.open()
+    a, b = x.create_agent("a"), x.create_agent("b")
+    tid = x.create_thread(a, b)
+    x.append(tid, a, "hello")
+    pull(y, x)
+    seq = y.append(tid, b, "hello back")
+    y.mark_read(tid, b, seq)
+    pull(x, y)
+    assert [m.content for m in x.poll(tid)] == ["hello", "hello back"]
+    assert not x.has_unread(tid, b)
+    assert x.has_unread(tid, a)
