@@ -254,14 +254,11 @@ def _check_mdns_interfaces(cfg: Config) -> None:
     value: object = cfg.mdns_interfaces
     if isinstance(value, str):
         if value not in MDNS_CHOICES:
-            raise ConfigError(
-                f"mdns_interfaces: expected 'all', 'default' or a list of addresses, got {value!r}"
-            )
+            raise ConfigError(f"mdns_interfaces: expected 'all', 'default' or a list of addresses, got {value!r}")
         return
     if not isinstance(value, list | tuple) or not value:
         raise ConfigError(
-            f"mdns_interfaces: expected 'all', 'default' or a non-empty list of addresses, "
-            f"got {_type_name(value)}"
+            f"mdns_interfaces: expected 'all', 'default' or a non-empty list of addresses, got {_type_name(value)}"
         )
     for i, item in enumerate(value):
         if not isinstance(item, str) or not item.strip() or not item.isprintable():
@@ -279,8 +276,7 @@ def _check_intervals(cfg: Config) -> None:
         object.__setattr__(cfg, key, float(value))
     if cfg.gossip_max_interval < cfg.gossip_interval:
         raise ConfigError(
-            f"gossip_max_interval ({cfg.gossip_max_interval}) must be at least "
-            f"gossip_interval ({cfg.gossip_interval})"
+            f"gossip_max_interval ({cfg.gossip_max_interval}) must be at least gossip_interval ({cfg.gossip_interval})"
         )
 
 
@@ -355,9 +351,7 @@ def config_from_dict(data: dict[str, Any]) -> Config:
 def render_config(cfg: Config) -> str:
     """The TOML text of a config (flat, commented, parseable by tomllib)."""
     interfaces = (
-        _toml_str(cfg.mdns_interfaces)
-        if isinstance(cfg.mdns_interfaces, str)
-        else _toml_list(cfg.mdns_interfaces)
+        _toml_str(cfg.mdns_interfaces) if isinstance(cfg.mdns_interfaces, str) else _toml_list(cfg.mdns_interfaces)
     )
     lines = [
         "# peerd configuration.",
@@ -418,10 +412,7 @@ def init_home(home: Path, name: str | None = None, fleet_key: bytes | None = Non
             f"{fleet_id(fleet_key)}; use another --home, or `peerd join --force` to switch"
         )
     if name is not None and name != existing.name:
-        raise ConfigError(
-            f"{path}: this home is already named {existing.name!r}; "
-            f"edit name in the file to rename it"
-        )
+        raise ConfigError(f"{path}: this home is already named {existing.name!r}; edit name in the file to rename it")
     return existing
 
 
@@ -434,7 +425,7 @@ def with_overrides(
     mdns: bool | None = None,
 ) -> Config:
     """Apply command-line flags; seeds from flags are added to the config's seeds."""
-    changes: dict[str, Any] = {"seeds": merge_seeds(cfg.seeds, seeds)}
+    changes: dict[str, Any] = {"seeds": (*cfg.seeds, *seeds)}  # checked and merged by Config
     if port is not None:
         changes["port"] = port
     if local_port is not None:

@@ -13,8 +13,10 @@ Invariants:
 
 from __future__ import annotations
 
+from replica.errors import PeerdError
 
-class DaemonError(Exception):
+
+class DaemonError(PeerdError):
     """Base of every error the daemon raises on purpose."""
 
 

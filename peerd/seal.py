@@ -20,12 +20,12 @@ import nacl.exceptions
 import nacl.secret
 import nacl.utils
 
+from peerd.config import FLEET_KEY_BYTES
 from peerd.errors import SealError
 
 NONCE_BYTES = nacl.secret.SecretBox.NONCE_SIZE
 MAC_BYTES = nacl.secret.SecretBox.MACBYTES
 SEAL_OVERHEAD = NONCE_BYTES + MAC_BYTES
-FLEET_KEY_BYTES = 32
 _LABEL = b"peerd-seal-v1"
 
 WRONG_KEY = "not sealed with this fleet's key (wrong fleet key or tampered body)"
@@ -40,9 +40,7 @@ def seal(key: bytes, plaintext: bytes) -> bytes:
 def open_sealed(key: bytes, data: bytes) -> bytes:
     """Return the plaintext of a sealed body; raise SealError if it does not open."""
     if len(data) < SEAL_OVERHEAD:
-        raise SealError(
-            f"body too short to be sealed ({len(data)} bytes, need at least {SEAL_OVERHEAD})"
-        )
+        raise SealError(f"body too short to be sealed ({len(data)} bytes, need at least {SEAL_OVERHEAD})")
     box = _box(key)
     try:
         return bytes(box.decrypt(bytes(data)))

@@ -590,16 +590,18 @@ class Replica:
         if not decoded:
             return ApplyResult(0, 0)
         new: list[int] = []
+        new_index: list[int] = []
         new_oids: dict[bytes, int] = {}
         with self._store.write() as cur:
             touched: set[int] = set()
-            for op in decoded:
+            for i, op in enumerate(decoded):
                 oid = self._oids.get(op.origin) or new_oids.get(op.origin)
                 if oid is None:
                     oid = new_oids[op.origin] = store.origin_id(cur, op.origin)
                 lseq = store.store_op(cur, oid, op)
                 if lseq is not None:
                     new.append(lseq)
+                    new_index.append(i)
                     touched.add(oid)
             for oid in touched:
                 _advance(cur, oid)
@@ -610,7 +612,7 @@ class Replica:
         self._oids.update(new_oids)
         if new:
             self._notify()
-        return ApplyResult(len(new), len(decoded) - len(new), new)
+        return ApplyResult(len(new), len(decoded) - len(new), new, new_index)
 
     def max_lseq(self) -> int:
         with self._store.read() as cur:
@@ -620,6 +622,15 @@ class Replica:
         """Ops that landed here after local position ``lseq``, oldest first."""
         with self._store.read() as cur:
             rows = cur.execute("SELECT lseq, blob FROM ops WHERE lseq > ? ORDER BY lseq LIMIT ?", (lseq, limit))
+            return [(int(r[0]), bytes(r[1])) for r in rows]
+
+    def local_ops_after(self, lseq: int, limit: int = 1000) -> list[tuple[int, bytes]]:
+        """This node's own ops (written by any process on this replica) after ``lseq``."""
+        with self._store.read() as cur:
+            rows = cur.execute(
+                "SELECT lseq, blob FROM ops WHERE lseq > ? AND oid = ? ORDER BY lseq LIMIT ?",
+                (lseq, self._self_oid, limit),
+            )
             return [(int(r[0]), bytes(r[1])) for r in rows]
 
     def clock(self) -> int:

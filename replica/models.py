@@ -117,3 +117,4 @@ class ApplyResult(_Dict):
     new: int
     duplicate: int
     new_lseqs: list[int] = field(default_factory=list)
+    new_index: list[int] = field(default_factory=list)  # positions in the input of the ops that were new

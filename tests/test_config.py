@@ -66,7 +66,7 @@ def test_init_creates_home_and_config_that_loads_back(tmp_path: Path) -> None:
 def test_save_then_load_round_trips_every_field(tmp_path: Path) -> None:
     """A config with every field changed from its default survives save and load."""
     cfg = Config(
-        name='odd "name" \\ with \t tab',
+        name='odd "name" \\ with ünïcode ✓',
         fleet_key=KEY,
         port=9001,
         local_port=0,
@@ -370,9 +370,7 @@ def test_home_resolution_order(tmp_path: Path) -> None:
     env = {HOME_ENV: str(tmp_path / "env")}
     assert resolve_home(tmp_path / "arg", env) == tmp_path / "arg"
     assert resolve_home(None, env) == tmp_path / "env"
-    assert resolve_home(None, {HOME_ENV: ""}) == platformdirs.user_data_path(
-        "peerd", appauthor=False
-    )
+    assert resolve_home(None, {HOME_ENV: ""}) == platformdirs.user_data_path("peerd", appauthor=False)
     assert resolve_home("rel", {}).is_absolute()
 
 

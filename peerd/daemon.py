@@ -1,0 +1,90 @@
+"""``peerd run``: open the home, start the node and the local server, write daemon.json.
+
+Invariants: daemon.json appears only once both listeners accept connections
+and is removed on clean shutdown; SIGTERM and SIGINT stop the daemon cleanly;
+the node id survives restarts because the key lives in the home.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from peerd import home as homes
+from peerd.config import Config
+from peerd.local import LocalServer, build_app
+from peerd.localapi import build_routes
+from peerd.node import Node
+from replica import Replica, open_home
+
+log = logging.getLogger("peerd")
+
+
+def _mcp_app(node: Node) -> Any:
+    """The MCP streamable-HTTP app served at /mcp on the local port."""
+    from mcp_server.local_http import http_app  # noqa: PLC0415 - heavy import, only for the daemon
+    from mcp_server.waiter import ReplicaWatcher  # noqa: PLC0415
+
+    fleet = node.cfg.fleet_id
+    return http_app(node.rep, waiter=ReplicaWatcher(node.rep), fleet_id=lambda: fleet)
+
+
+class Daemon:
+    def __init__(self, home: Path, cfg: Config, *, bind: str = "0.0.0.0", advertise: str = "127.0.0.1") -> None:
+        self.home = home
+        self.cfg = cfg
+        self.bind = bind
+        self.advertise = advertise
+        self.rep: Replica | None = None
+        self.node: Node | None = None
+        self.local: LocalServer | None = None
+        self.info: dict[str, Any] = {}
+
+    async def start(self) -> dict[str, Any]:
+        self.rep = await asyncio.to_thread(open_home, self.home)
+        self.node = Node(self.cfg, self.rep, bind=self.bind)
+        await self.node.start()
+        self.info = {
+            "pid": os.getpid(), "node_id": self.rep.node_id, "name": self.cfg.name,
+            "fleet_id": self.cfg.fleet_id, "home": str(self.home),
+            "peer_port": self.node.peer_port, "peer_url": f"http://{self.advertise}:{self.node.peer_port}",
+        }
+        app = build_app(build_routes(self.node, self.info), _mcp_app(self.node))
+        self.local = LocalServer(app, self.cfg.local_port)
+        await self.local.start()
+        self.info.update({
+            "local_port": self.local.port, "local_url": f"http://127.0.0.1:{self.local.port}",
+            "mcp_url": f"http://127.0.0.1:{self.local.port}/mcp", "started": time.time(),
+        })
+        homes.write_daemon_json(self.home, self.info)
+        log.info("peerd ready: node %s, peer port %d, local %s",
+                 self.rep.node_id[:16], self.node.peer_port, self.info["local_url"])
+        return self.info
+
+    async def stop(self) -> None:
+        homes.remove_daemon_json(self.home, only_pid=os.getpid())
+        if self.local is not None:
+            await self.local.stop()
+        if self.node is not None:
+            await self.node.stop()
+        if self.rep is not None:
+            self.rep.close()
+
+
+async def run(home: Path, cfg: Config, *, bind: str = "0.0.0.0", advertise: str = "127.0.0.1") -> None:
+    daemon = Daemon(home, cfg, bind=bind, advertise=advertise)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await daemon.start()
+    try:
+        await stop.wait()
+        log.info("shutting down")
+    finally:
+        await daemon.stop()

@@ -1,0 +1,360 @@
+"""The peer daemon: a replica turned into a node of a fleet.
+
+The I/O shell around ``protocol`` (sans-io) and ``peers`` (pure table):
+
+* a peer server (aiohttp, every interface) answering sealed requests at ``/v1``;
+* gossip rounds with random live peers, backing off while nothing changes;
+* push on write: our new ops go to a few live peers at once; a peer that
+  receives ops new to it forwards them, so a write floods the fleet;
+* a watcher that notices writes made by other processes on the same replica.
+
+Invariants: every request and response body is sealed with the fleet key; a
+body that does not open is refused (403) and logged; ops are verified by the
+replica before anything is stored; SQLite work runs off the event loop;
+background tasks live in one set and are cancelled on stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Coroutine, Generator
+from typing import Any
+
+import aiohttp
+import msgpack
+from aiohttp import web
+
+from peerd import protocol
+from peerd.config import Config, parse_seed
+from peerd.errors import PeerError, SealError
+from peerd.peers import Peer, PeerTable
+from peerd.protocol import Msg, ProtocolError, RoundResult
+from peerd.seal import open_sealed, seal
+from replica import Replica
+from replica.errors import RemoteError
+
+log = logging.getLogger("peerd.node")
+
+PUSH_BATCH = 500
+WATCH_INTERVAL = 0.05
+EXCHANGE_EVERY = 5
+REQUEST_TIMEOUT = 15.0
+
+
+def _pack(msg: Msg) -> bytes:
+    out: bytes = msgpack.packb(msg, use_bin_type=True)
+    return out
+
+
+def _unpack(data: bytes) -> Msg:
+    try:
+        msg = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises many unrelated types on garbage
+        raise ProtocolError(f"undecodable message ({type(exc).__name__})") from None
+    if not isinstance(msg, dict):
+        raise ProtocolError("message is not a map")
+    return msg
+
+
+def _step(gen: Generator[Msg, Msg, RoundResult], reply: Msg | None) -> tuple[Msg | None, RoundResult | None]:
+    """Advance a client round by one reply (runs in a worker thread)."""
+    try:
+        return (next(gen) if reply is None else gen.send(reply)), None
+    except StopIteration as stop:
+        return None, stop.value
+
+
+class Changes:
+    """Wakes waiters when the replica changes (local write, another process, a peer)."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self._cond = asyncio.Condition()
+
+    async def bump(self) -> None:
+        async with self._cond:
+            self.version += 1
+            self._cond.notify_all()
+
+    async def wait(self, seen: int, within: float) -> int:
+        """Wait until ``version`` moves past ``seen`` or ``within`` seconds pass."""
+        async with self._cond:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._cond.wait_for(lambda: self.version != seen), within)
+            return self.version
+
+
+class Node:
+    def __init__(self, cfg: Config, rep: Replica, *, bind: str = "0.0.0.0") -> None:
+        self.cfg = cfg
+        self.rep = rep
+        self.bind = bind
+        self.me = protocol.short(rep.node_key)
+        self.table = PeerTable(self.me)
+        self.changes = Changes()
+        self.peer_port = 0
+        self.started = time.time()
+        self.counters = {"rounds": 0, "pushed_ops": 0, "pulled_ops": 0, "refused": 0, "forwarded_ops": 0}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._wake = asyncio.Event()
+        self._push_evt = asyncio.Event()
+        self._pushed = 0
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT),
+            connector=aiohttp.TCPConnector(limit=128, force_close=False),
+            skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
+        )
+        app = web.Application(client_max_size=self.cfg.max_body_bytes)
+        app.router.add_post("/v1", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.bind, self.cfg.port, reuse_address=True)
+        await site.start()
+        self.peer_port = int(self._runner.addresses[0][1])
+        self._pushed = await asyncio.to_thread(self.rep.max_lseq)
+        self.rep.add_listener(self._on_replica_change)
+        for seed in self.cfg.seeds:
+            self.add_candidate(*parse_seed(seed), source="seed")
+        self.spawn(self._gossip())
+        self.spawn(self._pusher())
+        self.spawn(self._watch())
+        log.info("peer server on %s:%d, node %s", self.bind, self.peer_port, self.rep.node_id[:16])
+
+    async def stop(self) -> None:
+        self.rep.remove_listener(self._on_replica_change)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task failed", exc_info=task.exception())
+
+    def add_candidate(self, host: str, port: int, *, source: str, node: bytes | None = None) -> None:
+        """A discovery source found a peer: remember it and sync with it soon."""
+        if self.table.add(host, port, source, node) is not None:
+            self._wake.set()
+
+    def _on_replica_change(self) -> None:  # called from whichever thread wrote
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._changed)
+
+    def _changed(self) -> None:
+        self._push_evt.set()
+        self.spawn(self.changes.bump())
+
+    # -- serving peers ---------------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        try:
+            msg = _unpack(open_sealed(self.cfg.fleet_key, body))
+        except SealError as exc:
+            self.counters["refused"] += 1
+            log.warning("refused request from %s: %s", request.remote, exc)
+            return web.Response(status=403, text=str(exc))
+        except ProtocolError as exc:
+            return self._error(400, request, exc)
+        try:
+            reply = await self._dispatch(msg, request.remote or "")
+        except RemoteError as exc:
+            return self._error(400, request, exc)
+        reply["n"] = self.me
+        return self._sealed(reply)
+
+    def _sealed(self, reply: Msg, status: int = 200) -> web.Response:
+        return web.Response(
+            status=status, body=seal(self.cfg.fleet_key, _pack(reply)), content_type="application/octet-stream"
+        )
+
+    def _error(self, status: int, request: web.Request, exc: Exception) -> web.Response:
+        self.counters["refused"] += 1
+        log.warning("refused request from %s: %s", request.remote, exc)
+        return self._sealed({"t": "error", "e": str(exc)}, status)
+
+    async def _dispatch(self, msg: Msg, remote: str) -> Msg:
+        kind = msg.get("t")
+        sender = msg.get("n") if isinstance(msg.get("n"), bytes) else None
+        if isinstance(msg.get("p"), int) and remote:
+            self._saw_inbound(remote, msg["p"], sender)
+        if kind == "push":
+            return await self._on_push(msg, sender)
+        if kind == "peers":
+            self._merge_peers(msg)
+            return {"t": "peers", "k": self.table.exchange_records(time.monotonic())}
+        budget = self.cfg.page_bytes
+        return await asyncio.to_thread(protocol.serve, self.rep, msg, budget)
+
+    def _saw_inbound(self, host: str, port: int, node: bytes | None) -> None:
+        if node == self.me:
+            return
+        self.add_candidate(host, port, source="inbound", node=node)
+        peer = self.table.peers.get(Peer(host, port, "inbound").addr)
+        if peer is not None:
+            peer.last_seen = time.monotonic()
+
+    async def _on_push(self, msg: Msg, sender: bytes | None) -> Msg:
+        reply, result = await asyncio.to_thread(protocol.handle_push, self.rep, msg)
+        if result.new:
+            fresh = [msg["o"][i] for i in result.new_index]
+            self.counters["forwarded_ops"] += len(fresh)
+            self.spawn(self._push(fresh, exclude=sender))
+        return reply
+
+    def _merge_peers(self, msg: Msg) -> None:
+        for rec in protocol.peers_from(msg):
+            node = rec.get("n") if isinstance(rec.get("n"), bytes) else None
+            self.add_candidate(rec["a"], rec["p"], source="exchange", node=node)
+
+    # -- calling peers ---------------------------------------------------------------------
+
+    async def call(self, peer: Peer, msg: Msg) -> Msg:
+        """Send one sealed request; the reply, or PeerError saying what went wrong."""
+        assert self._session is not None
+        msg.setdefault("n", self.me)
+        msg.setdefault("p", self.peer_port)
+        try:
+            async with self._session.post(f"http://{peer.addr}/v1", data=seal(self.cfg.fleet_key, _pack(msg))) as resp:
+                data = await resp.read()
+                status = resp.status
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise PeerError(f"cannot reach: {exc or type(exc).__name__}", peer=peer.addr) from None
+        if status == 403:
+            raise PeerError("refused our request: not in the same fleet (different fleet key)", peer=peer.addr)
+        try:
+            reply = _unpack(open_sealed(self.cfg.fleet_key, data))
+        except (SealError, ProtocolError) as exc:
+            raise PeerError(f"sent an unreadable reply (HTTP {status}): {exc}", peer=peer.addr) from None
+        if reply.get("t") == "error" or status != 200:
+            raise PeerError(f"refused our request: {reply.get('e', status)}", peer=peer.addr)
+        return reply
+
+    async def sync_with(self, peer: Peer) -> RoundResult:
+        """One push-pull round with ``peer``; updates the peer table either way."""
+        gen = protocol.client_round(self.rep, me=self.rep.node_key, port=self.peer_port, budget=self.cfg.page_bytes)
+        try:
+            req, result = await asyncio.to_thread(_step, gen, None)
+            while req is not None:
+                reply = await self.call(peer, req)
+                if reply.get("n") == self.me:
+                    self.table.drop_self(peer)
+                    raise PeerError("is this node itself", peer=peer.addr)
+                self._learn(peer, reply)
+                req, result = await asyncio.to_thread(_step, gen, reply)
+        except (PeerError, RemoteError) as exc:
+            self.table.failed(peer, time.monotonic(), str(exc))
+            log.info("sync with %s failed: %s", peer.addr, exc)
+            raise PeerError(str(exc), peer=peer.addr) from None
+        assert result is not None
+        self._after_round(peer, result)
+        return result
+
+    def _learn(self, peer: Peer, reply: Msg) -> None:
+        node = reply.get("n")
+        self.table.succeeded(peer, time.monotonic(), node if isinstance(node, bytes) else None)
+
+    def _after_round(self, peer: Peer, result: RoundResult) -> None:
+        now = time.monotonic()
+        ours = protocol.shorten(self.rep.vector())
+        peer.last_sync = now
+        peer.their_vector = ours if result.same else {**(result.their_vector or {}), **ours}
+        self.counters["rounds"] += 1
+        self.counters["pulled_ops"] += result.pulled
+        self.counters["pushed_ops"] += result.pushed
+
+    async def exchange_peers(self, peer: Peer) -> None:
+        reply = await self.call(peer, {"t": "peers", "k": self.table.exchange_records(time.monotonic())})
+        self._merge_peers(reply)
+
+    # -- background work -------------------------------------------------------------------
+
+    async def _gossip(self) -> None:
+        interval = self.cfg.gossip_interval
+        rounds = 0
+        while True:
+            targets = self.table.pick(2, time.monotonic())
+            outcomes = await asyncio.gather(*(self._round(p, rounds) for p in targets))
+            rounds += 1
+            busy = any(outcomes)
+            interval = self.cfg.gossip_interval if busy else min(interval * 1.5, self.cfg.gossip_max_interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), interval * random.uniform(0.8, 1.2))
+                interval = self.cfg.gossip_interval
+            self._wake.clear()
+
+    async def _round(self, peer: Peer, rounds: int) -> bool:
+        """A round plus, now and then, a peer exchange; True if anything moved."""
+        first_contact = peer.last_sync is None
+        try:
+            result = await self.sync_with(peer)
+            if first_contact or rounds % EXCHANGE_EVERY == 0:
+                await self.exchange_peers(peer)
+        except PeerError:
+            return False
+        return first_contact or not result.same
+
+    async def _pusher(self) -> None:
+        while True:
+            await self._push_evt.wait()
+            self._push_evt.clear()
+            ops = await asyncio.to_thread(self.rep.local_ops_after, self._pushed, PUSH_BATCH)
+            if not ops:
+                continue
+            self._pushed = ops[-1][0]
+            if len(ops) == PUSH_BATCH:
+                self._push_evt.set()
+            await self._push([raw for _, raw in ops], exclude=None)
+
+    async def _push(self, raws: list[bytes], exclude: bytes | None) -> None:
+        now = time.monotonic()
+        targets = [p for p in self.table.pick(self.cfg.push_fanout, now, exclude=exclude) if p.reachable]
+        await asyncio.gather(*(self._push_one(p, raws) for p in targets))
+
+    async def _push_one(self, peer: Peer, raws: list[bytes]) -> None:
+        try:
+            await self.call(peer, {"t": "push", "o": raws})
+            self.table.succeeded(peer, time.monotonic(), None)
+        except PeerError as exc:
+            self.table.failed(peer, time.monotonic(), str(exc))
+
+    async def _watch(self) -> None:
+        """Notice writes by other processes on the same replica file."""
+        last = await asyncio.to_thread(self.rep.max_lseq)
+        while True:
+            await asyncio.sleep(WATCH_INTERVAL)
+            now = await asyncio.to_thread(self.rep.max_lseq)
+            if now != last:
+                last = now
+                self._changed()
+
+    # -- reporting -------------------------------------------------------------------------
+
+    def peers_report(self) -> list[dict[str, Any]]:
+        ours = protocol.shorten(self.rep.vector())
+        now = time.monotonic()
+        return [p.to_dict(ours, now) for p in sorted(self.table.peers.values(), key=lambda p: p.addr)]
+
+

@@ -1,0 +1,128 @@
+"""The peer table: who we know, how we found them, and whether they answer.
+
+Pure data and rules, no I/O. Invariants: a peer is keyed by its address
+(host, port); a node never lists itself; a peer that fails is retried after
+an exponential backoff and is marked unreachable after ``FAIL_THRESHOLD``
+consecutive failures; any success resets both.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from replica import vector as vec
+
+FAIL_THRESHOLD = 3
+BACKOFF_BASE = 0.5
+BACKOFF_CAP = 30.0
+SOURCES = ("seed", "mdns", "exchange", "inbound")
+
+
+def backoff(failures: int, base: float = BACKOFF_BASE, cap: float = BACKOFF_CAP) -> float:
+    """Seconds to wait before trying a peer again after ``failures`` failures in a row."""
+    return 0.0 if failures <= 0 else min(cap, base * 2 ** (failures - 1))
+
+
+@dataclass
+class Peer:
+    host: str
+    port: int
+    source: str
+    node: bytes | None = None  # short node id, once learned
+    addresses: list[str] = field(default_factory=list)
+    last_seen: float | None = None
+    last_sync: float | None = None
+    failures: int = 0
+    next_try: float = 0.0
+    their_vector: dict[bytes, int] | None = None
+    last_error: str | None = None
+    gone: bool = False  # said goodbye (mDNS) or removed
+
+    @property
+    def addr(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    @property
+    def reachable(self) -> bool:
+        return not self.gone and self.failures < FAIL_THRESHOLD and self.last_seen is not None
+
+    def lag(self, ours_short: dict[bytes, int]) -> int | None:
+        """Ops we hold that this peer lacks, as far as we know."""
+        return None if self.their_vector is None else vec.lag(self.their_vector, ours_short)
+
+    def to_dict(self, ours_short: dict[bytes, int], now: float) -> dict[str, Any]:
+        return {
+            "address": self.addr, "node_id": self.node.hex() if self.node else None, "found_by": self.source,
+            "addresses": self.addresses or [self.host], "reachable": self.reachable,
+            "last_seen_ago": None if self.last_seen is None else round(now - self.last_seen, 3),
+            "last_sync_ago": None if self.last_sync is None else round(now - self.last_sync, 3),
+            "failures": self.failures, "lag": self.lag(ours_short), "last_error": self.last_error,
+        }
+
+
+class PeerTable:
+    def __init__(self, me: bytes) -> None:
+        self.me = me
+        self.peers: dict[str, Peer] = {}
+
+    def add(self, host: str, port: int, source: str, node: bytes | None = None) -> Peer | None:
+        """Record a candidate; returns the peer if it is new. Never adds ourselves."""
+        if node is not None and node == self.me:
+            return None
+        key = Peer(host, port, source).addr
+        peer = self.peers.get(key)
+        if peer is None:
+            if node is not None and any(p.node == node and p.reachable for p in self.peers.values()):
+                return None  # same node already reachable at another address
+            peer = self.peers[key] = Peer(host, port, source, node)
+            return peer
+        if node is not None:
+            peer.node = node
+        if peer.gone and source != "exchange":
+            peer.gone = False
+        return None
+
+    def drop_self(self, peer: Peer) -> None:
+        self.peers.pop(peer.addr, None)
+
+    def succeeded(self, peer: Peer, now: float, node: bytes | None) -> None:
+        if node is not None:
+            peer.node = node
+        peer.last_seen = now
+        peer.failures = 0
+        peer.next_try = 0.0
+        peer.last_error = None
+        peer.gone = False
+
+    def failed(self, peer: Peer, now: float, error: str) -> None:
+        peer.failures += 1
+        peer.next_try = now + backoff(peer.failures) * random.uniform(0.8, 1.2)
+        peer.last_error = error
+
+    def mark_gone(self, node_hex: str) -> None:
+        for p in self.peers.values():
+            if p.node is not None and node_hex.startswith(p.node.hex()):
+                p.gone = True
+
+    def due(self, now: float) -> list[Peer]:
+        return [p for p in self.peers.values() if not p.gone and p.next_try <= now]
+
+    def live(self) -> list[Peer]:
+        return [p for p in self.peers.values() if p.reachable]
+
+    def pick(self, k: int, now: float, exclude: bytes | None = None) -> list[Peer]:
+        """Up to ``k`` random peers to contact now, preferring ones that answer."""
+        due = [p for p in self.due(now) if exclude is None or p.node != exclude]
+        live = [p for p in due if p.reachable]
+        rest = [p for p in due if not p.reachable]
+        random.shuffle(live)
+        random.shuffle(rest)
+        return (live + rest)[:k]
+
+    def exchange_records(self, now: float) -> list[dict[str, Any]]:
+        return [
+            {"a": p.host, "p": p.port, "n": p.node, "s": round(now - p.last_seen, 1)}
+            for p in self.live() if p.last_seen is not None
+        ]
