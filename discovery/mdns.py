@@ -11,10 +11,13 @@ Invariants:
   one warning on logger ``discovery.mdns``; it keeps checking (cheaply,
   every ``poll_interval`` seconds) and becomes active once the cause is gone.
 - The interface addresses are polled every ``poll_interval`` seconds; a
-  change re-announces the advert with the new addresses.
+  change re-announces the advert with the new addresses. Known peers are
+  re-read from the mDNS cache at the same pace, so a peer's changed address
+  set is handed over again (``found``) within about one poll.
 - ``stop`` sends goodbye packets (TTL 0) so peers drop this node within
-  about a second; records of a node that vanished without goodbye expire
-  after ``ttl`` seconds, and then ``gone`` is called.
+  about a second. A node that vanished without goodbye is reported ``gone``
+  only when its PTR record expires (about 20 minutes); liveness is the
+  daemon's business (failed connections), not discovery's.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import dataclass
+from ipaddress import ip_address
 
 from zeroconf import (
     InterfaceChoice as ZcInterfaceChoice,
@@ -46,7 +51,9 @@ from discovery.advert import (
 )
 from discovery.netif import (
     InterfaceChoice,
+    LocalAddress,
     default_multicast_source,
+    one_per_device,
     probe_mdns_port,
     read_local_addresses,
     select_addresses,
@@ -64,6 +71,19 @@ __all__ = ["MdnsSource"]
 log = logging.getLogger("discovery.mdns")
 
 _SEEDS_ONLY = "peers are found through seeds only"
+# Address and SRV records: the RFC 6762 default. PTR/TXT: python-zeroconf raises any
+# received PTR TTL below 1125 s to 1125 s, so that is the shortest lifetime that counts.
+_HOST_TTL = 120
+_SERVICE_TTL = 1125
+_ACTIVATION_RETRY = 60.0  # seconds between retries after zeroconf failed to open its sockets
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Addresses to advertise, and the one-per-link addresses to open sockets on."""
+
+    advertised: tuple[str, ...]
+    sockets: tuple[str, ...]
 
 
 def _check_interfaces(interfaces: InterfaceChoice) -> InterfaceChoice:
@@ -78,6 +98,11 @@ def _check_interfaces(interfaces: InterfaceChoice) -> InterfaceChoice:
     if not entries or not all(isinstance(e, str) and e.strip() for e in entries):
         raise ValueError("mdns interfaces list must hold at least one non-empty name or address")
     return tuple(e.strip() for e in entries)
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("%s failed", task.get_name(), exc_info=task.exception())
 
 
 class MdnsSource:
@@ -97,13 +122,10 @@ class MdnsSource:
         interfaces: InterfaceChoice = "all",
         *,
         poll_interval: float = 5.0,
-        ttl: int = 120,
         resolve_timeout: float = 3.0,
     ) -> None:
         if not poll_interval > 0:
             raise ValueError(f"poll_interval must be > 0, got {poll_interval}")
-        if not ttl >= 1:
-            raise ValueError(f"ttl must be >= 1 second, got {ttl}")
         self._advert = Advert(node_id, fleet_id, protocol_version, port)
         self._txt = encode_txt(self._advert)  # AdvertError (a ValueError) on bad values
         label = instance_label(node_id)
@@ -111,17 +133,17 @@ class MdnsSource:
         self._server = f"{label}.local."
         self._interfaces = _check_interfaces(interfaces)
         self._poll_interval = poll_interval
-        self._ttl = ttl
         self._resolve_timeout_ms = int(resolve_timeout * 1000)
 
         self._zc: AsyncZeroconf | None = None
         self._browser: AsyncServiceBrowser | None = None
         self._info: AsyncServiceInfo | None = None
-        self._addresses: tuple[str, ...] = ()
+        self._plan = _Plan((), ())
         self._local_networks: tuple[str, ...] = ()
         self._problem: str | None = "not started"
         self._logged_problem: str | None = None
         self._logged_unmatched: tuple[str, ...] = ()
+        self._failed_activation: tuple[_Plan, float] | None = None
         self._register_task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
         self._resolve_tasks: dict[str, asyncio.Task[None]] = {}
@@ -154,7 +176,7 @@ class MdnsSource:
     @property
     def addresses(self) -> tuple[str, ...]:
         """The IPv4 addresses currently advertised."""
-        return self._addresses
+        return self._plan.advertised
 
     # -- DiscoverySource ----------------------------------------------------
 
@@ -163,7 +185,10 @@ class MdnsSource:
         if self._found is not None:
             raise RuntimeError("MdnsSource already started")
         self._found, self._gone = found, gone
-        await self._reconcile()
+        try:
+            await self._reconcile()
+        except Exception:  # the daemon must keep running on seeds whatever mDNS does
+            log.exception("mDNS start failed; will retry")
         self._watch_task = asyncio.get_running_loop().create_task(
             self._watch(), name="mdns watch"
         )
@@ -177,6 +202,7 @@ class MdnsSource:
                 await self._watch_task
             self._watch_task = None
         await self._deactivate()
+        self._peers.clear()
         self._problem = "stopped"
 
     # -- lifecycle ----------------------------------------------------------
@@ -190,34 +216,40 @@ class MdnsSource:
                 log.exception("mDNS interface check failed")
 
     async def _reconcile(self) -> None:
-        addresses, problem = self._survey()
-        if problem is not None:
+        plan, problem = self._survey()
+        if plan is None:
+            assert problem is not None
             if self._zc is not None:
                 await self._deactivate()
                 self._forget_peers()
             self._set_problem(problem)
         elif self._zc is None:
-            await self._activate(addresses)
-        elif addresses != self._addresses:
-            await self._readdress(addresses)
+            if not self._holding_off(plan):
+                await self._activate(plan)
+        elif plan != self._plan:
+            await self._readdress(plan)
+        self._refresh_peers()
 
-    def _survey(self) -> tuple[tuple[str, ...], str | None]:
-        """Addresses to advertise now, or why mDNS cannot run."""
+    def _survey(self) -> tuple[_Plan | None, str | None]:
+        """Where to run mDNS now, or why it cannot run."""
         local = read_local_addresses()
         self._local_networks = tuple(a.network for a in local if not a.loopback)
         if self._interfaces == "default":
             try:
                 source = default_multicast_source()
             except OSError as exc:
-                return (), f"no route for multicast to 224.0.0.251 ({exc.strerror or exc})"
-            addresses: tuple[str, ...] = (source,)
+                return None, f"no route for multicast to 224.0.0.251 ({exc.strerror or exc})"
+            device = next((a.device for a in local if a.address == source), None)
+            selected = tuple(a for a in local if a.device == device) or (
+                LocalAddress("?", source, 32),
+            )
         else:
-            addresses, unmatched = select_addresses(self._interfaces, local)
+            selected, unmatched = select_addresses(self._interfaces, local)
             if unmatched and unmatched != self._logged_unmatched:
                 log.warning("mDNS interfaces not found on this machine: %s", ", ".join(unmatched))
             self._logged_unmatched = unmatched
-            if not addresses:
-                return (), (
+            if not selected:
+                return None, (
                     "no network interface that is up and multicast-capable has an IPv4 address"
                     if self._interfaces == "all"
                     else "none of the configured mDNS interfaces is up with an IPv4 address"
@@ -225,8 +257,21 @@ class MdnsSource:
         if self._zc is None:
             port_problem = probe_mdns_port()
             if port_problem is not None:
-                return (), port_problem
-        return addresses, None
+                return None, port_problem
+        plan = _Plan(
+            advertised=tuple(dict.fromkeys(a.address for a in selected)),
+            sockets=one_per_device(selected),
+        )
+        return plan, None
+
+    def _holding_off(self, plan: _Plan) -> bool:
+        """After zeroconf itself failed to open sockets, retry slowly (it logs each failure)."""
+        failed = self._failed_activation
+        return (
+            failed is not None
+            and failed[0] == plan
+            and asyncio.get_running_loop().time() < failed[1]
+        )
 
     def _set_problem(self, problem: str) -> None:
         self._problem = problem
@@ -234,24 +279,26 @@ class MdnsSource:
             log.warning("mDNS inactive: %s; %s", problem, _SEEDS_ONLY)
             self._logged_problem = problem
 
-    async def _activate(self, addresses: tuple[str, ...]) -> None:
-        choice = (
-            ZcInterfaceChoice.Default if self._interfaces == "default" else list(addresses)
-        )
+    async def _activate(self, plan: _Plan) -> None:
+        default = self._interfaces == "default"
+        choice = ZcInterfaceChoice.Default if default else list(plan.sockets)
         try:
             zc = AsyncZeroconf(interfaces=choice, ip_version=IPVersion.V4Only)
         except (OSError, RuntimeError) as exc:
+            retry_at = asyncio.get_running_loop().time() + _ACTIVATION_RETRY
+            self._failed_activation = (plan, retry_at)
             self._set_problem(f"cannot open mDNS sockets ({exc})")
             return
+        self._failed_activation = None
         self._zc = zc
-        self._addresses = addresses
+        self._plan = plan
         self._problem = self._logged_problem = None
         # Browse first: peers already announced are found while we still probe.
         self._browser = AsyncServiceBrowser(
             zc.zeroconf, SERVICE_TYPE, handlers=[self._on_service_state_change]
         )
         self._start_registration()
-        log.info("mDNS active on %s as %s", ", ".join(addresses), self._name)
+        log.info("mDNS active on %s as %s", ", ".join(plan.advertised), self._name)
 
     async def _deactivate(self) -> None:
         zc, self._zc = self._zc, None
@@ -272,27 +319,29 @@ class MdnsSource:
             with contextlib.suppress(OSError, NotRunningException):
                 await zc.async_close()
 
-    async def _readdress(self, addresses: tuple[str, ...]) -> None:
+    async def _readdress(self, plan: _Plan) -> None:
         assert self._zc is not None
-        self._addresses = addresses
-        if self._register_task is not None and not self._register_task.done():
+        old, self._plan = self._plan, plan
+        task = self._register_task
+        if self._info is None and task is not None and not task.done():
             # Still probing with the old addresses: start over with the new ones.
-            self._register_task.cancel()
-            await asyncio.gather(self._register_task, return_exceptions=True)
-            self._info = None
-        if self._interfaces != "default":
-            await self._zc.async_update_interfaces(list(addresses))
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
         if self._info is not None:
-            self._info.addresses = list(addresses)
+            self._info.addresses = list(plan.advertised)
+        if self._interfaces != "default" and plan.sockets != old.sockets:
+            await self._zc.async_update_interfaces(list(plan.sockets))
+        if self._info is not None:
             await self._zc.async_update_service(self._info)
         else:
             self._start_registration()
-        log.info("mDNS addresses changed; re-announcing on %s", ", ".join(addresses))
+        log.info("mDNS addresses changed; re-announcing on %s", ", ".join(plan.advertised))
 
     def _start_registration(self) -> None:
         self._register_task = asyncio.get_running_loop().create_task(
-            self._register(self._addresses), name="mdns register"
+            self._register(self._plan.advertised), name="mdns register"
         )
+        self._register_task.add_done_callback(_log_failure)
 
     async def _register(self, addresses: tuple[str, ...]) -> None:
         zc = self._zc
@@ -303,8 +352,8 @@ class MdnsSource:
             port=self._advert.port,
             properties=dict(self._txt),
             server=self._server,
-            host_ttl=self._ttl,
-            other_ttl=self._ttl,
+            host_ttl=_HOST_TTL,
+            other_ttl=_SERVICE_TTL,
             parsed_addresses=list(addresses),
         )
         try:
@@ -352,8 +401,7 @@ class MdnsSource:
     def _resolve_done(self, name: str, task: asyncio.Task[None]) -> None:
         if self._resolve_tasks.get(name) is task:
             del self._resolve_tasks[name]
-        if not task.cancelled() and task.exception() is not None:
-            log.error("resolving %s failed", name, exc_info=task.exception())
+        _log_failure(task)
 
     async def _resolve(self, name: str) -> None:
         zc = self._zc
@@ -363,12 +411,7 @@ class MdnsSource:
         if not await info.async_request(zc.zeroconf, self._resolve_timeout_ms):
             log.debug("no answer resolving %s", name)
             return
-        candidate = self._candidate(name, info)
-        if candidate is None or self._peers.get(name) == candidate:
-            return
-        self._peers[name] = candidate
-        if self._found is not None:
-            call_safely(log, self._found, candidate)
+        self._update_peer(name, self._candidate(name, info))
 
     def _candidate(self, name: str, info: AsyncServiceInfo) -> PeerCandidate | None:
         try:
@@ -385,7 +428,8 @@ class MdnsSource:
         if verdict != "accept":
             log.debug("ignoring %s: %s", name, verdict)
             return None
-        addresses = tuple(info.parsed_addresses(IPVersion.V4Only))
+        # Sorted: mDNS caches hold records unordered; a stable order avoids spurious re-finds.
+        addresses = tuple(sorted(info.parsed_addresses(IPVersion.V4Only), key=ip_address))
         if not addresses:
             return None
         return PeerCandidate(
@@ -395,6 +439,29 @@ class MdnsSource:
             node_id=advert.node_id,
             addresses=addresses,
         )
+
+    def _refresh_peers(self) -> None:
+        """Re-read known peers from the mDNS cache: catches flushed (removed) addresses,
+        which python-zeroconf applies silently, without a browser event."""
+        zc = self._zc
+        if zc is None:
+            return
+        for name in list(self._peers):
+            if name in self._resolve_tasks:
+                continue
+            info = AsyncServiceInfo(SERVICE_TYPE, name)
+            if not info.load_from_cache(zc.zeroconf):
+                continue
+            self._update_peer(name, self._candidate(name, info))
+
+    def _update_peer(self, name: str, candidate: PeerCandidate | None) -> None:
+        """Hand over a new or changed candidate; drop a known one whose advert turned bad."""
+        if candidate is None:
+            self._drop_peer(name)
+        elif self._peers.get(name) != candidate:
+            self._peers[name] = candidate
+            if self._found is not None:
+                call_safely(log, self._found, candidate)
 
     def _drop_peer(self, name: str) -> None:
         candidate = self._peers.pop(name, None)

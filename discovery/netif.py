@@ -9,8 +9,11 @@ Invariants:
   and not loopback. An explicit list selects the addresses of the interfaces
   it names (by interface name or by address) that are up; entries that match
   nothing are reported back, not raised.
-- Every probe is cheap (one ``getifaddrs``, a few small file reads or one
-  socket) so it can run every few seconds on the event loop.
+- All selected addresses are advertised, but mDNS sockets are opened on one
+  address per device (``one_per_device``): a second group join on the same
+  link would fail.
+- Every probe is cheap (one ``getifaddrs`` and one ioctl per interface, or
+  one socket) so it can run every few seconds on the event loop.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import socket
+import struct
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 import ifaddr
@@ -31,6 +35,7 @@ __all__ = [
     "InterfaceChoice",
     "LocalAddress",
     "default_multicast_source",
+    "one_per_device",
     "probe_mdns_port",
     "read_local_addresses",
     "select_addresses",
@@ -43,6 +48,7 @@ InterfaceChoice = Literal["all", "default"] | Sequence[str]
 _IFF_UP = 0x1
 _IFF_LOOPBACK = 0x8
 _IFF_MULTICAST = 0x1000
+_SIOCGIFFLAGS = 0x8913
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,11 @@ class LocalAddress:
     loopback: bool = False
 
     @property
+    def device(self) -> str:
+        """The link the address lives on (``eth0`` for an ``eth0:1`` address label)."""
+        return self.interface.split(":", 1)[0]
+
+    @property
     def network(self) -> str:
         """The address with its prefix length, e.g. ``10.77.1.2/24``."""
         return f"{self.address}/{self.prefix}"
@@ -64,26 +75,49 @@ class LocalAddress:
 
 def select_addresses(
     choice: Literal["all"] | Sequence[str], local: Sequence[LocalAddress]
-) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Addresses to run mDNS on for ``choice``, and the list entries that matched nothing."""
+) -> tuple[tuple[LocalAddress, ...], tuple[str, ...]]:
+    """The local addresses to run mDNS on for ``choice``, and list entries that matched nothing."""
     if choice == "all":
-        chosen = [a.address for a in local if a.up and a.multicast and not a.loopback]
+        chosen = [a for a in local if a.up and a.multicast and not a.loopback]
         return tuple(dict.fromkeys(chosen)), ()
-    wanted = list(choice)
-    chosen = [a.address for a in local if a.up and (a.interface in wanted or a.address in wanted)]
+    wanted = set(choice)
+    chosen = [
+        a for a in local if a.up and wanted.intersection((a.interface, a.device, a.address))
+    ]
     unmatched = tuple(
-        entry for entry in wanted if not any(entry in (a.interface, a.address) for a in local)
+        entry
+        for entry in dict.fromkeys(choice)
+        if not any(entry in (a.interface, a.device, a.address) for a in local)
     )
     return tuple(dict.fromkeys(chosen)), unmatched
 
 
+def one_per_device(addresses: Sequence[LocalAddress]) -> tuple[str, ...]:
+    """The first address of each device: mDNS needs one socket per link, not per address."""
+    firsts: dict[str, str] = {}
+    for a in addresses:
+        firsts.setdefault(a.device, a.address)
+    return tuple(firsts.values())
+
+
 def _interface_flags(name: str) -> int | None:
-    """Kernel interface flags from sysfs (Linux); ``None`` where unavailable."""
-    base = name.split(":", 1)[0]  # "eth0:1" address labels share eth0's flags
-    try:
-        return int(Path("/sys/class/net", base, "flags").read_text().strip(), 16)
-    except (OSError, ValueError):
+    """Kernel interface flags (``SIOCGIFFLAGS``, Linux); ``None`` where unavailable.
+
+    An ioctl on a socket, not sysfs, so the answer is for the caller's own
+    network namespace whatever /sys happens to show.
+    """
+    if not sys.platform.startswith("linux"):
         return None
+    import fcntl  # noqa: PLC0415 - POSIX only; keeps the module importable elsewhere
+
+    request = struct.pack("16sH14x", name.split(":", 1)[0].encode()[:15], 0)
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            reply = fcntl.ioctl(sock.fileno(), _SIOCGIFFLAGS, request)
+    except OSError:
+        return None
+    flags: int = struct.unpack("16sH14x", reply)[1]
+    return flags
 
 
 def read_local_addresses() -> tuple[LocalAddress, ...]:

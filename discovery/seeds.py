@@ -122,7 +122,7 @@ def parse_seed(text: str, default_port: int | None = None) -> Seed:
             raise SeedError(f"seed {entry!r}: {addr!r} is not a valid IPv6 address") from None
         return Seed(addr, _parse_port(rest[1:], entry, default_port), literal=True)
     if entry.count(":") > 1:
-        raise SeedError(f"seed {entry!r}: IPv6 addresses need brackets, as in [{entry}]:PORT")
+        raise SeedError(f"seed {entry!r}: IPv6 addresses need brackets, as in [ADDRESS]:PORT")
     host, sep, port_text = entry.partition(":")
     if sep and port_text == "":
         raise SeedError(f"seed {entry!r} has an empty port; {_FORMAT_HINT}")
@@ -186,6 +186,7 @@ class SeedSource:
     The daemon reports the outcome of dialing a candidate with
     ``report_failure(host, port)`` / ``report_success(host, port)``, using the
     candidate's ``host`` or one of its ``addresses``; unknown pairs are ignored.
+    Like every method here, they must be called on the event loop running the source.
     """
 
     def __init__(
@@ -212,7 +213,7 @@ class SeedSource:
     async def start(self, found: FoundCallback, gone: GoneCallback) -> None:
         """Start one background task per seed; returns at once. ``gone`` is never called."""
         del gone  # seeds have no node id to report gone
-        if self._tasks:
+        if self._found is not None:
             raise RuntimeError("SeedSource already started")
         self._found = found
         for state in self._states:

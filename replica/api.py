@@ -12,6 +12,7 @@ Invariants:
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -47,6 +48,18 @@ MAX_LIMIT = 1000
 Listener = Callable[[], None]
 
 
+_CONTROL = re.compile(r"[\x00-\x1f]")
+
+# This node's own seq and clock come from its newest op (no extra row to update per write):
+# own ops are always contiguous because each takes the next seq inside the write transaction.
+_LAST_OWN = (
+    "SELECT (SELECT seq FROM ops WHERE oid = ?1 ORDER BY seq DESC LIMIT 1),"
+    " max(coalesce((SELECT hlc FROM ops WHERE oid = ?1 ORDER BY seq DESC LIMIT 1), 0), hlc)"
+    " FROM origins WHERE oid = ?1"
+)
+_CONTIG = "CASE WHEN oid = ?1 THEN max(contig, (SELECT coalesce(max(seq), 0) FROM ops WHERE ops.oid = ?1)) ELSE contig END"
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -71,7 +84,7 @@ def check_name(value: object, what: str, *, optional: bool = False) -> str | Non
     value = value.strip()
     if len(value) > MAX_NAME_CHARS:
         raise InvalidArgument(f"{what} is longer than {MAX_NAME_CHARS} characters")
-    if any(ord(ch) < 32 for ch in value):
+    if _CONTROL.search(value):
         raise InvalidArgument(f"{what} must not contain control characters")
     return value
 
@@ -105,8 +118,8 @@ def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
         yield items[i : i + size]
 
 
-def _const_body(body: dict[str, Any]) -> Callable[[int], dict[str, Any]]:
-    return lambda _seq: body
+def _const_body(body: dict[str, Any]) -> Callable[[int, int], dict[str, Any]]:
+    return lambda _seq, _hlc: body
 
 
 class Replica:
@@ -171,30 +184,22 @@ class Replica:
 
     # -- writing ops ----------------------------------------------------------------
 
-    def _write(self, kind: str, make_body: Callable[[int], dict[str, Any]]) -> tuple[int, Op]:
-        """Create, sign and store one local op; ``make_body(seq)`` builds its body."""
+    def _write(self, kind: str, make_body: Callable[[int, int], dict[str, Any]]) -> tuple[int, Op]:
+        """Create, sign and store one local op; ``make_body(seq, hlc)`` builds its body."""
         with self._store.write() as cur:
-            row = cur.execute(
-                "SELECT top, (SELECT v FROM meta WHERE k = 'hlc') FROM origins WHERE oid = ?",
-                (self._self_oid,),
-            ).fetchone()
-            top, last = int(row[0]), int(row[1])
-            seq = top + 1
-            stamp = hlcmod.tick(last, self._wall())
-            body = make_body(seq)
-            try:
-                opsmod.validate_body(kind, body)
-            except InvalidOp as exc:
-                raise InvalidArgument(exc.reason) from None
+            top, last = cur.execute(_LAST_OWN, (self._self_oid,)).fetchone()
+            seq = int(top or 0) + 1
+            stamp = hlcmod.tick(int(last or 0), self._wall())
+            body = make_body(seq, stamp)
+            if kind != KIND_MSG:  # message bodies are built from arguments checked by the caller
+                try:
+                    opsmod.validate_body(kind, body)
+                except InvalidOp as exc:
+                    raise InvalidArgument(exc.reason) from None
             raw = opsmod.encode(self.node_key, seq, stamp, kind, body, sign=self._ident.sign)
             op = Op(self.node_key, seq, stamp, kind, body, raw)
             lseq = store.store_op(cur, self._self_oid, op)
             assert lseq is not None
-            cur.execute(
-                "UPDATE origins SET top = ?, contig = CASE WHEN contig = ? THEN ? ELSE contig END WHERE oid = ?",
-                (seq, seq - 1, seq, self._self_oid),
-            )
-            cur.execute("UPDATE meta SET v = ? WHERE k = 'hlc'", (stamp,))
         self._notify()
         return lseq, op
 
@@ -217,7 +222,7 @@ class Replica:
             "c": ",".join(roles), "ti": check_name(instance_id, "instanceId", optional=True),
             "t": None, "x": check_content(content),
         }
-        lseq, op = self._write(KIND_MSG, lambda _seq: body)
+        lseq, op = self._write(KIND_MSG, _const_body(body))
         return SentMessage(opsmod.message_id(op.origin, op.seq), lseq, hlcmod.to_iso(op.hlc), op.hlc, roles)
 
     def check_messages(self, recipient: str, recipient_instance_id: str | None = None,
@@ -240,15 +245,17 @@ class Replica:
     def _inbox_rows(self, role: str, inst: str | None, after: int, limit: int) -> list[Any]:
         with self._store.read() as cur:
             return cur.execute(
-                "SELECT m.lseq, m.id, m.sender, m.sender_inst, m.channel, m.to_inst, m.content, m.hlc,"
+                "WITH cand(lseq) AS ("
+                "   SELECT lseq FROM ops WHERE channel IN (?1, 'broadcast') AND lseq > ?3"
+                "   UNION ALL SELECT lseq FROM routes WHERE role = ?1 AND lseq > ?3)"
+                " SELECT m.lseq, m.id, m.sender, m.sender_inst, m.channel, m.to_inst, m.content, m.hlc,"
                 " rc.read, rc.delivered"
-                " FROM routes r JOIN messages m ON m.lseq = r.lseq"
+                " FROM cand JOIN ops m ON m.lseq = cand.lseq"
                 " LEFT JOIN receipts rc ON rc.msg_id = m.id AND rc.role = ?1 AND rc.inst = ?2"
-                " WHERE r.role IN (?1, '*') AND r.lseq > ?3"
-                " AND (m.to_inst IS NULL OR m.to_inst = ?4)"
+                " WHERE (m.to_inst IS NULL OR m.to_inst = ?4)"
                 " AND NOT (m.sender = ?1 AND coalesce(m.sender_inst, '') = ?2)"
                 " AND rc.read IS NULL"
-                " ORDER BY r.lseq LIMIT ?5",
+                " ORDER BY m.lseq LIMIT ?5",
                 (role, routing.instance_key(inst), after, inst, limit),
             ).fetchall()
 
@@ -296,9 +303,7 @@ class Replica:
         """Per recipient: receipt id, delivered at, read at (None while pending)."""
         mid = _name(message_id, "messageId")
         with self._store.read() as cur:
-            msg = cur.execute(
-                "SELECT sender, sender_inst, channel, to_inst, thread FROM messages WHERE id = ?", (mid,)
-            ).fetchone()
+            msg = _message_by_id(cur, mid)
             if msg is None:
                 raise NotFound(f"unknown message id {mid}")
             rows = cur.execute(
@@ -400,10 +405,10 @@ class Replica:
         self._require_agents(ids)
         made: list[str] = []
 
-        def body(seq: int) -> dict[str, Any]:
+        def body(seq: int, stamp: int) -> dict[str, Any]:
             tid = opsmod.derived_id("th_", self.node_key, seq)
             made.append(tid)
-            writes: list[list[Any]] = [["thread", [tid], "created", self._wall()]]
+            writes: list[list[Any]] = [["thread", [tid], "created", stamp]]
             return {"w": writes + [["member", [tid, a], "in", True] for a in ids]}
 
         self._write(KIND_SET, body)
@@ -422,7 +427,7 @@ class Replica:
             row = self._thread_row(cur, tid)
             if row is None:
                 return None
-            return Thread(tid, self._members(cur, tid), _iso(row[1]))
+            return Thread(tid, self._members(cur, tid), hlcmod.to_iso(row[1]))
 
     def _require_thread(self, thread_id: str) -> tuple[str, list[str]]:
         tid = _name(thread_id, "thread id")
@@ -466,7 +471,7 @@ class Replica:
         if aid not in members:
             raise InvalidArgument("sender not in thread")
         body = {"f": aid, "fi": None, "c": None, "ti": None, "t": tid, "x": check_content(content)}
-        lseq, _op = self._write(KIND_MSG, lambda _seq: body)
+        lseq, _op = self._write(KIND_MSG, _const_body(body))
         return lseq
 
     def poll(self, thread_id: str, after_seq: int = 0, limit: int = MAX_LIMIT) -> list[ThreadMessage]:
@@ -529,7 +534,7 @@ class Replica:
             if row is None:
                 return None
             count, _c, _u, _o, latest = self._read_counts(cur, tid, "")
-            latest_iso = hlcmod.to_iso(latest) if latest is not None else _iso(row[1])
+            latest_iso = hlcmod.to_iso(latest if latest is not None else row[1])
             return ThreadInfo(tid, self._members(cur, tid), count, latest_iso)
 
     def get_thread_read_state(self, thread_id: str, agent_id: str) -> ReadState | None:
@@ -546,7 +551,8 @@ class Replica:
     def vector(self) -> dict[bytes, int]:
         """Origin key -> highest seq held contiguously."""
         with self._store.read() as cur:
-            return {bytes(r[0]): int(r[1]) for r in cur.execute("SELECT node, contig FROM origins WHERE contig > 0")}
+            rows = cur.execute(f"SELECT node, {_CONTIG} AS c FROM origins WHERE c > 0", (self._self_oid,))
+            return {bytes(r[0]): int(r[1]) for r in rows}
 
     def ops_missing(self, theirs: Mapping[bytes, int], byte_budget: int) -> Page:
         """The ops ``theirs`` lacks, in origin-seq order, paged by ``byte_budget``."""
@@ -556,7 +562,9 @@ class Replica:
         used = 0
         more = False
         with self._store.read() as cur:
-            rows = cur.execute("SELECT oid, node, contig FROM origins WHERE contig > 0 ORDER BY node").fetchall()
+            rows = cur.execute(
+                f"SELECT oid, node, {_CONTIG} AS c FROM origins WHERE c > 0 ORDER BY node", (self._self_oid,)
+            ).fetchall()
             wanted = vector.missing_ranges({bytes(r[1]): int(r[2]) for r in rows}, theirs)
             oids = {bytes(r[1]): int(r[0]) for r in rows}
             for origin, (lo, hi) in wanted.items():
@@ -605,10 +613,10 @@ class Replica:
                     touched.add(oid)
             for oid in touched:
                 _advance(cur, oid)
-            last = int(cur.execute("SELECT v FROM meta WHERE k = 'hlc'").fetchone()[0])
+            last = int(cur.execute("SELECT hlc FROM origins WHERE oid = ?", (self._self_oid,)).fetchone()[0])
             seen = max(op.hlc for op in decoded)
-            cur.execute("UPDATE meta SET v = ? WHERE k = 'hlc'",
-                        (hlcmod.observe(last, seen, self._wall(), self._max_drift_ms),))
+            cur.execute("UPDATE origins SET hlc = ? WHERE oid = ?",
+                        (hlcmod.observe(last, seen, self._wall(), self._max_drift_ms), self._self_oid))
         self._oids.update(new_oids)
         if new:
             self._notify()
@@ -636,7 +644,7 @@ class Replica:
     def clock(self) -> int:
         """The persisted HLC high-water mark."""
         with self._store.read() as cur:
-            return int(cur.execute("SELECT v FROM meta WHERE k = 'hlc'").fetchone()[0])
+            return int(cur.execute(_LAST_OWN, (self._self_oid,)).fetchone()[1] or 0)
 
     def state_digest(self) -> str:
         """A hash of the replicated state (messages and LWW registers), not local order."""
@@ -661,13 +669,26 @@ class Replica:
                 "messages": one("SELECT count(*) FROM messages"),
                 "receipts": one("SELECT count(*) FROM receipts"),
                 "profiles": one("SELECT count(*) FROM profiles"),
-                "origins": one("SELECT count(*) FROM origins WHERE contig > 0"),
+                "origins": len(self.vector()),
                 "max_lseq": one("SELECT coalesce(max(lseq), 0) FROM ops"),
             }
 
     def integrity_check(self) -> str:
         with self._store.read() as cur:
             return str(cur.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+def _message_by_id(cur: Any, mid: str) -> Any:
+    """(sender, sender_inst, channel, to_inst, thread) of a message, found via its origin and seq."""
+    parsed = opsmod.parse_message_id(mid)
+    if parsed is None:
+        return None
+    prefix, seq = parsed
+    return cur.execute(
+        "SELECT m.sender, m.sender_inst, m.channel, m.to_inst, m.thread FROM origins o"
+        " JOIN ops m ON m.oid = o.oid AND m.seq = ? WHERE substr(o.node, 1, ?) = ? AND m.id = ?",
+        (seq, len(prefix), prefix, mid),
+    ).fetchone()
 
 
 def _advance(cur: Any, oid: int) -> None:

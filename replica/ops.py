@@ -62,9 +62,23 @@ def encode(origin: bytes, seq: int, hlc: int, kind: str, body: Body, *, sign: Ca
     return _pack([unsigned, sign(unsigned)])
 
 
+MESSAGE_ID_PREFIX = 8
+
+
 def message_id(origin: bytes, seq: int) -> str:
-    """A message's id: stable, global, derived from the op that wrote it."""
-    return hashlib.blake2b(origin + seq.to_bytes(8, "big"), digest_size=16).hexdigest()
+    """A message's id: stable and global, named after the op that wrote it (origin prefix, seq)."""
+    return f"{origin[:MESSAGE_ID_PREFIX].hex()}-{seq}"
+
+
+def parse_message_id(mid: str) -> tuple[bytes, int] | None:
+    """(origin prefix, seq) of a message id, or None if it is not one."""
+    head, _, tail = mid.partition("-")
+    if len(head) != 2 * MESSAGE_ID_PREFIX or not tail.isdigit() or len(tail) > 19:
+        return None
+    try:
+        return bytes.fromhex(head), int(tail)
+    except ValueError:
+        return None
 
 
 def derived_id(prefix: str, origin: bytes, seq: int) -> str:

@@ -1,8 +1,12 @@
 """SQLite schema and its migrations.
 
 ``ops`` is the source of truth (every signed op, keyed by (origin, seq), its
-rowid is the local arrival sequence ``lseq``); every other table is a
-projection of the ops and can be rebuilt from them. ``meta.schema_version``
+rowid is the local arrival sequence ``lseq``); a message op also carries its
+message columns in the same row (one insert per message; ``messages`` is a
+view over them). ``routes`` files messages to several roles under each role;
+a message to one role or to ``broadcast`` is found through its channel column.
+Every other table is a projection of the ops and can be rebuilt from them.
+``origins.hlc`` on this node's own row is the persisted HLC high-water mark. ``meta.schema_version``
 says which migrations have run; migrations only ever move forward.
 """
 
@@ -14,27 +18,28 @@ CREATE TABLE origins(
     oid INTEGER PRIMARY KEY,
     node BLOB NOT NULL UNIQUE,
     contig INTEGER NOT NULL DEFAULT 0,
-    top INTEGER NOT NULL DEFAULT 0
+    top INTEGER NOT NULL DEFAULT 0,
+    hlc INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE ops(
     lseq INTEGER PRIMARY KEY,
     oid INTEGER NOT NULL,
     seq INTEGER NOT NULL,
-    blob BLOB NOT NULL
-);
-CREATE UNIQUE INDEX ops_by_origin ON ops(oid, seq);
-CREATE TABLE messages(
-    lseq INTEGER PRIMARY KEY,
-    id TEXT NOT NULL UNIQUE,
-    sender TEXT NOT NULL,
+    blob BLOB NOT NULL,
+    id TEXT,
+    sender TEXT,
     sender_inst TEXT,
     channel TEXT,
     to_inst TEXT,
     thread TEXT,
-    content TEXT NOT NULL,
-    hlc INTEGER NOT NULL
+    content TEXT,
+    hlc INTEGER
 );
-CREATE INDEX messages_by_thread ON messages(thread, lseq) WHERE thread IS NOT NULL;
+CREATE UNIQUE INDEX ops_by_origin ON ops(oid, seq);
+CREATE INDEX messages_by_channel ON ops(channel, lseq) WHERE channel IS NOT NULL;
+CREATE INDEX messages_by_thread ON ops(thread, lseq) WHERE thread IS NOT NULL;
+CREATE VIEW messages AS
+    SELECT lseq, id, sender, sender_inst, channel, to_inst, thread, content, hlc FROM ops WHERE id IS NOT NULL;
 CREATE TABLE routes(role TEXT NOT NULL, lseq INTEGER NOT NULL, PRIMARY KEY(role, lseq)) WITHOUT ROWID;
 CREATE TABLE lww(
     tbl TEXT NOT NULL, k TEXT NOT NULL, f TEXT NOT NULL, v,
@@ -53,7 +58,6 @@ CREATE TABLE threads(id TEXT PRIMARY KEY, created INTEGER) WITHOUT ROWID;
 CREATE TABLE members(thread TEXT NOT NULL, agent TEXT NOT NULL, present INTEGER NOT NULL,
     PRIMARY KEY(thread, agent)) WITHOUT ROWID;
 CREATE INDEX members_by_agent ON members(agent, thread) WHERE present = 1;
-INSERT INTO meta(k, v) VALUES ('hlc', 0);
 """
 
 MIGRATIONS: tuple[str, ...] = (SCHEMA_V1,)

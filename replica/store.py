@@ -105,20 +105,20 @@ class Store:
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Cursor]:
-        """A consistent read snapshot."""
+        """A consistent read snapshot (nested reads share the outer one)."""
         with self.lock:
+            cur = self.conn.cursor()
+            outer = not self.conn.in_transaction
             try:
-                cur = self.conn.cursor()
-                cur.execute("BEGIN")
-            except sqlite3.Error as exc:
-                raise StoreError(f"cannot read {self.path}: {exc}") from None
-            try:
+                if outer:
+                    cur.execute("BEGIN")
                 yield cur
             except sqlite3.Error as exc:
                 raise StoreError(f"read failed on {self.path}: {exc}") from None
             finally:
-                with suppress(sqlite3.Error):
-                    self.conn.execute("COMMIT")
+                if outer:
+                    with suppress(sqlite3.Error):
+                        self.conn.execute("COMMIT")
 
 
 def origin_id(cur: sqlite3.Cursor, node: bytes) -> int:
@@ -130,8 +130,17 @@ def origin_id(cur: sqlite3.Cursor, node: bytes) -> int:
 
 
 def store_op(cur: sqlite3.Cursor, oid: int, op: Op) -> int | None:
-    """Store ``op``; its lseq if new, None if it was already held."""
-    cur.execute("INSERT OR IGNORE INTO ops(oid, seq, blob) VALUES (?, ?, ?)", (oid, op.seq, op.raw))
+    """Store ``op`` with its projections; its lseq if new, None if already held."""
+    if op.kind == KIND_MSG:
+        b = op.body
+        cur.execute(
+            "INSERT OR IGNORE INTO ops(oid, seq, blob, id, sender, sender_inst, channel, to_inst, thread, content, hlc)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (oid, op.seq, op.raw, message_id(op.origin, op.seq), b["f"], b["fi"], b["c"], b["ti"], b["t"], b["x"],
+             op.hlc),
+        )
+    else:
+        cur.execute("INSERT OR IGNORE INTO ops(oid, seq, blob, hlc) VALUES (?, ?, ?, ?)", (oid, op.seq, op.raw, op.hlc))
     if cur.rowcount != 1:
         return None
     lseq = int(cur.lastrowid or 0)
@@ -140,25 +149,14 @@ def store_op(cur: sqlite3.Cursor, oid: int, op: Op) -> int | None:
 
 
 def materialize(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
+    """Project a newly stored op (its message columns are already in its row)."""
     if op.kind == KIND_MSG:
-        _put_message(cur, lseq, op)
+        keys = routing.route_keys(op.body["c"], op.body["t"])
+        if len(keys) > 1:  # one role or broadcast: found through the channel column
+            cur.executemany("INSERT OR IGNORE INTO routes(role, lseq) VALUES (?, ?)", [(k, lseq) for k in keys])
     else:
         for write in op.body["w"]:
             put_register(cur, write, op.hlc, op.origin)
-
-
-def _put_message(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
-    b = op.body
-    cur.execute(
-        "INSERT OR IGNORE INTO messages(lseq, id, sender, sender_inst, channel, to_inst, thread, content, hlc)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (lseq, message_id(op.origin, op.seq), b["f"], b["fi"], b["c"], b["ti"], b["t"], b["x"], op.hlc),
-    )
-    keys = routing.route_keys(b["c"], b["t"])
-    if len(keys) == 1:
-        cur.execute("INSERT OR IGNORE INTO routes(role, lseq) VALUES (?, ?)", (keys[0], lseq))
-    elif keys:
-        cur.executemany("INSERT OR IGNORE INTO routes(role, lseq) VALUES (?, ?)", [(k, lseq) for k in keys])
 
 
 _LWW_UPSERT = (
