@@ -28,8 +28,9 @@ import aiohttp
 import msgpack
 from aiohttp import web
 
+from discovery import DiscoverySource, MdnsSource, PeerCandidate, SeedError, SeedSource
 from peerd import protocol
-from peerd.config import Config, parse_seed
+from peerd.config import DEFAULT_PORT, Config
 from peerd.errors import PeerError, SealError
 from peerd.peers import Peer, PeerTable
 from peerd.protocol import Msg, ProtocolError, RoundResult
@@ -106,6 +107,8 @@ class Node:
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.seeds: SeedSource | None = None
+        self.mdns: MdnsSource | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -125,14 +128,41 @@ class Node:
         self.peer_port = int(self._runner.addresses[0][1])
         self._pushed = await asyncio.to_thread(self.rep.max_lseq)
         self.rep.add_listener(self._on_replica_change)
-        for seed in self.cfg.seeds:
-            self.add_candidate(*parse_seed(seed), source="seed")
+        await self._start_discovery()
         self.spawn(self._gossip())
         self.spawn(self._pusher())
         self.spawn(self._watch())
         log.info("peer server on %s:%d, node %s", self.bind, self.peer_port, self.rep.node_id[:16])
 
+    async def _start_discovery(self) -> None:
+        try:
+            self.seeds = SeedSource(self.cfg.seeds, default_port=DEFAULT_PORT)
+        except SeedError as exc:
+            log.error("ignoring the seed list: %s", exc)
+            self.seeds = SeedSource((), default_port=DEFAULT_PORT)
+        sources: list[DiscoverySource] = [self.seeds]
+        if self.cfg.mdns:
+            interfaces = self.cfg.mdns_interfaces
+            self.mdns = MdnsSource(
+                self.rep.node_id, self.cfg.fleet_id, self.peer_port, protocol.PROTOCOL_VERSION,
+                interfaces if isinstance(interfaces, str) else list(interfaces),
+            )
+            sources.append(self.mdns)
+        for source in sources:
+            await source.start(self._found, self.table.mark_gone)
+
+    def _found(self, cand: PeerCandidate) -> None:
+        node = bytes.fromhex(cand.node_id)[: protocol.SHORT] if cand.node_id else None
+        self.add_candidate(cand.host, cand.port, source=cand.source, node=node)
+        peer = self.table.peers.get(Peer(cand.host, cand.port, cand.source).addr)
+        if peer is not None and cand.addresses:
+            peer.addresses = list(cand.addresses)
+
     async def stop(self) -> None:
+        for source in (self.mdns, self.seeds):
+            if source is not None:
+                with contextlib.suppress(Exception):  # goodbye is best effort on the way out
+                    await source.stop()
         self.rep.remove_listener(self._on_replica_change)
         for task in list(self._tasks):
             task.cancel()
@@ -266,9 +296,13 @@ class Node:
                 req, result = await asyncio.to_thread(_step, gen, reply)
         except (PeerError, RemoteError) as exc:
             self.table.failed(peer, time.monotonic(), str(exc))
+            if peer.source == "seed" and self.seeds is not None:
+                self.seeds.report_failure(peer.host, peer.port)
             log.info("sync with %s failed: %s", peer.addr, exc)
             raise PeerError(str(exc), peer=peer.addr) from None
         assert result is not None
+        if peer.source == "seed" and self.seeds is not None:
+            self.seeds.report_success(peer.host, peer.port)
         self._after_round(peer, result)
         return result
 
