@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from peerd import home as homes
-from peerd.config import Config, decode_fleet_key, encode_fleet_key, init_home, with_overrides
+from peerd.config import Config, decode_fleet_key, encode_fleet_key, init_home, load_config, with_overrides
 from peerd.errors import ConfigError, DaemonError
 from peerd.invite import apply_invite, make_invite
 from replica import PeerdError, open_home
@@ -103,7 +103,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         from mcp_server.stdio import run_stdio  # noqa: PLC0415 - heavy import, only for this command
     except ImportError as exc:
         raise CliError(f"the MCP server is not available: {exc}") from None
-    asyncio.run(run_stdio(_home(args), role=args.role, instance=args.instance))
+    cfg_file = homes.config_path(_home(args))
+    fleet = load_config(cfg_file).fleet_id if cfg_file.exists() else None
+    asyncio.run(run_stdio(_home(args), role=args.role, instance=args.instance, fleet_id=fleet))
     return 0
 
 

@@ -36,6 +36,7 @@ def status(node: Node, info: dict[str, Any]) -> dict[str, Any]:
         "live_peers": sum(1 for p in peers if p["reachable"]),
         "lag": sum(p["lag"] or 0 for p in peers if p["reachable"]),
         "counters": dict(node.counters),
+        "catchup": None if node.catchup is None else node.catchup.to_dict(),
     }
 
 

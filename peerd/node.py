@@ -22,6 +22,7 @@ import logging
 import random
 import time
 from collections.abc import Coroutine, Generator
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -44,6 +45,27 @@ PUSH_BATCH = 500
 WATCH_INTERVAL = 0.05
 EXCHANGE_EVERY = 5
 REQUEST_TIMEOUT = 15.0
+CATCHUP_REPORT = 1000  # a round that must pull at least this many ops reports progress
+PROGRESS_LOG_EVERY = 2.0
+
+
+@dataclass
+class Progress:
+    """A catch-up in flight: ops pulled of the ops the peer had that we lacked."""
+
+    peer: str
+    total: int
+    done: int = 0
+    started: float = field(default_factory=time.monotonic)
+    logged: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        elapsed = max(time.monotonic() - self.started, 1e-6)
+        rate = self.done / elapsed
+        left = max(self.total - self.done, 0)
+        return {"peer": self.peer, "done": self.done, "total": self.total, "rate": round(rate, 1),
+                "eta": round(left / rate, 1) if rate > 0 else None,
+                "percent": round(100 * self.done / self.total, 1) if self.total else 100.0}
 
 
 def _pack(msg: Msg) -> bytes:
@@ -107,6 +129,8 @@ class Node:
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.catchup: Progress | None = None
+        self._theirs: dict[bytes, int] = {}
         self.seeds: SeedSource | None = None
         self.mdns: MdnsSource | None = None
 
@@ -294,17 +318,48 @@ class Node:
                     raise PeerError("is this node itself", peer=peer.addr)
                 self._learn(peer, reply)
                 req, result = await asyncio.to_thread(_step, gen, reply)
+                await self._track_progress(peer, reply)
         except (PeerError, RemoteError) as exc:
             self.table.failed(peer, time.monotonic(), str(exc))
             if peer.source == "seed" and self.seeds is not None:
                 self.seeds.report_failure(peer.host, peer.port)
             log.info("sync with %s failed: %s", peer.addr, exc)
             raise PeerError(str(exc), peer=peer.addr) from None
+        finally:
+            if self.catchup is not None and self.catchup.peer == peer.addr:
+                self._log_progress(self.catchup, final=True)
+                self.catchup = None
         assert result is not None
         if peer.source == "seed" and self.seeds is not None:
             self.seeds.report_success(peer.host, peer.port)
         self._after_round(peer, result)
         return result
+
+    async def _track_progress(self, peer: Peer, reply: Msg) -> None:
+        """Follow a long catch-up: how much of what the peer had we now hold."""
+        theirs = reply.get("v")
+        if isinstance(theirs, dict) and self.catchup is None:
+            ours = protocol.shorten(await asyncio.to_thread(self.rep.vector))
+            total = sum(max(0, n - ours.get(k, 0)) for k, n in theirs.items() if isinstance(n, int))
+            if total >= CATCHUP_REPORT:
+                self.catchup = Progress(peer.addr, total)
+                self._theirs = {k: n for k, n in theirs.items() if isinstance(n, int)}
+        elif self.catchup is not None and self.catchup.peer == peer.addr:
+            ours = protocol.shorten(await asyncio.to_thread(self.rep.vector))
+            left = sum(max(0, n - ours.get(k, 0)) for k, n in self._theirs.items())
+            self.catchup.done = self.catchup.total - left
+            if time.monotonic() - self.catchup.logged >= PROGRESS_LOG_EVERY:
+                self._log_progress(self.catchup)
+
+    def _log_progress(self, prog: Progress, *, final: bool = False) -> None:
+        prog.logged = time.monotonic()
+        d = prog.to_dict()
+        if final:
+            log.info("caught up from %s: %d of %d ops in %.1f s", d["peer"], d["done"], d["total"],
+                     time.monotonic() - prog.started)
+        else:
+            log.info("catching up from %s: %s%% (%d/%d ops, %s ops/s, ETA %s s)",
+                     d["peer"], d["percent"], d["done"], d["total"], d["rate"], d["eta"])
 
     def _learn(self, peer: Peer, reply: Msg) -> None:
         node = reply.get("n")

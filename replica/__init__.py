@@ -26,6 +26,8 @@ from replica.models import (
     Profile,
     ReadState,
     RecipientStatus,
+    SearchHit,
+    SenderSeen,
     SentMessage,
     Thread,
     ThreadInfo,
@@ -45,6 +47,7 @@ def open_home(home: Path) -> Replica:
 __all__ = [
     "Agent", "ApplyResult", "Inbox", "InboxMessage", "InvalidArgument", "InvalidOp", "LocalError",
     "NotFound", "Page", "PeerdError", "Profile", "ReadState", "RecipientStatus", "RemoteError",
-    "Replica", "SentMessage", "StoreError", "Thread", "ThreadInfo", "ThreadMessage", "agent_id_for",
+    "Replica", "SearchHit", "SenderSeen", "SentMessage", "StoreError", "Thread", "ThreadInfo", "ThreadMessage",
+    "agent_id_for",
     "open_home",
 ]

@@ -35,6 +35,8 @@ from replica.models import (
     Profile,
     ReadState,
     RecipientStatus,
+    SearchHit,
+    SenderSeen,
     SentMessage,
     Thread,
     ThreadInfo,
@@ -57,7 +59,9 @@ _LAST_OWN = (
     " max(coalesce((SELECT hlc FROM ops WHERE oid = ?1 ORDER BY seq DESC LIMIT 1), 0), hlc)"
     " FROM origins WHERE oid = ?1"
 )
-_CONTIG = "CASE WHEN oid = ?1 THEN max(contig, (SELECT coalesce(max(seq), 0) FROM ops WHERE ops.oid = ?1)) ELSE contig END"
+_CONTIG = (
+    "CASE WHEN oid = ?1 THEN max(contig, (SELECT coalesce(max(seq), 0) FROM ops WHERE ops.oid = ?1)) ELSE contig END"
+)
 
 
 def now_ms() -> int:
@@ -111,6 +115,14 @@ def check_count(value: object, what: str, *, low: int = 0, high: int | None = No
         bound = f"between {low} and {high}" if high is not None else f">= {low}"
         raise InvalidArgument(f"{what} must be {bound}, got {value}")
     return value
+
+
+def fts_query(query: object) -> str:
+    """A user's search words as an FTS5 query matching all of them (no operator injection)."""
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidArgument("query must be a non-empty string")
+    words = [w for w in re.split(r"\s+", query.strip()) if w][:32]
+    return " ".join('"' + w.replace('"', '""') + '"' for w in words)
 
 
 def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
@@ -324,6 +336,62 @@ class Replica:
         if roles == (routing.BROADCAST,):
             return [r[0] for r in cur.execute("SELECT id FROM profiles ORDER BY id") if r[0] != sender]
         return list(roles)
+
+    # -- full-text search ---------------------------------------------------------------
+
+    def search_messages(self, query: str, *, from_: str | None = None, channel: str | None = None,
+                        since: int | None = None, limit: int = DEFAULT_LIMIT) -> list[SearchHit]:
+        """Messages matching every word of ``query`` (best match first), optionally
+        only from one sender, on one channel role, or after local position ``since``."""
+        match = fts_query(query)
+        sender = check_name(from_, "from", optional=True)
+        role = check_name(channel, "channel", optional=True)
+        after = 0 if since is None else check_count(since, "since")
+        limit = check_count(limit, "limit", low=1, high=MAX_LIMIT)
+        self._catch_up()
+        with self._store.read() as cur:
+            rows = cur.execute(
+                "SELECT m.id, m.lseq, m.sender, m.sender_inst, m.channel, m.thread, m.content, m.hlc"
+                " FROM message_fts f JOIN ops m ON m.lseq = f.rowid"
+                " WHERE message_fts MATCH ?1 AND m.lseq > ?2 AND (?3 IS NULL OR m.sender = ?3)"
+                " AND (?4 IS NULL OR m.channel = ?4 OR m.channel = 'broadcast'"
+                "      OR EXISTS (SELECT 1 FROM routes r WHERE r.role = ?4 AND r.lseq = m.lseq))"
+                " ORDER BY f.rank LIMIT ?5",
+                (match, after, sender, role, limit),
+            ).fetchall()
+        return [SearchHit(r[0], r[1], r[2], r[3], r[4], r[5], r[6], hlcmod.to_iso(r[7])) for r in rows]
+
+    def recent_senders(self, limit: int = MAX_LIMIT) -> list[SenderSeen]:
+        """Every (role, instance) that has sent a message, most recently active first."""
+        limit = check_count(limit, "limit", low=1, high=MAX_LIMIT)
+        self._catch_up()
+        with self._store.read() as cur:
+            rows = cur.execute("SELECT role, inst, hlc FROM senders ORDER BY hlc DESC LIMIT ?", (limit,)).fetchall()
+        return [SenderSeen(r[0], r[1] or None, hlcmod.to_iso(r[2]), r[2]) for r in rows]
+
+    def _catch_up(self) -> None:
+        """Bring the search index and the senders table up to the newest message
+        (projections kept off the write path)."""
+        with self._store.read() as cur:
+            upto = int(cur.execute("SELECT v FROM meta WHERE k = 'fts_upto'").fetchone()[0])
+            newest = int(cur.execute("SELECT coalesce(max(lseq), 0) FROM ops").fetchone()[0])
+        if newest <= upto:
+            return
+        with self._store.write() as cur:
+            upto = int(cur.execute("SELECT v FROM meta WHERE k = 'fts_upto'").fetchone()[0])
+            cur.execute(
+                "INSERT INTO message_fts(rowid, content, sender, channel)"
+                " SELECT lseq, content, sender, coalesce(channel, thread) FROM ops WHERE lseq > ? AND id IS NOT NULL",
+                (upto,),
+            )
+            cur.execute(
+                "INSERT INTO senders(role, inst, hlc)"
+                " SELECT sender, coalesce(sender_inst, ''), max(hlc) FROM ops WHERE lseq > ? AND id IS NOT NULL"
+                " GROUP BY sender, coalesce(sender_inst, '')"
+                " ON CONFLICT(role, inst) DO UPDATE SET hlc = max(hlc, excluded.hlc)",
+                (upto,),
+            )
+            cur.execute("UPDATE meta SET v = (SELECT coalesce(max(lseq), 0) FROM ops) WHERE k = 'fts_upto'")
 
     # -- profiles ------------------------------------------------------------------
 

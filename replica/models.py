@@ -118,3 +118,23 @@ class ApplyResult(_Dict):
     duplicate: int
     new_lseqs: list[int] = field(default_factory=list)
     new_index: list[int] = field(default_factory=list)  # positions in the input of the ops that were new
+
+
+@dataclass(frozen=True)
+class SearchHit(_Dict):
+    id: str
+    seq: int
+    sender: str
+    sender_instance: str | None
+    channel: str | None
+    thread: str | None
+    content: str
+    created: str
+
+
+@dataclass(frozen=True)
+class SenderSeen(_Dict):
+    role: str
+    instance: str | None
+    last_seen: str
+    last_hlc: int

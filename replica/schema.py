@@ -60,5 +60,17 @@ CREATE TABLE members(thread TEXT NOT NULL, agent TEXT NOT NULL, present INTEGER 
 CREATE INDEX members_by_agent ON members(agent, thread) WHERE present = 1;
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA_V1,)
+# v2: full-text search over message content, sender and channel, and who sent
+# last when. Both are projections kept off the write path: a reader first
+# catches them up with every message that landed since ``meta.fts_upto`` (an
+# lseq), then queries.
+SCHEMA_V2 = """
+CREATE VIRTUAL TABLE message_fts USING fts5(content, sender, channel, content='', tokenize='unicode61');
+CREATE TABLE senders(
+    role TEXT NOT NULL, inst TEXT NOT NULL, hlc INTEGER NOT NULL, PRIMARY KEY(role, inst)
+) WITHOUT ROWID;
+INSERT INTO meta(k, v) VALUES ('fts_upto', 0);
+"""
+
+MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2)
 LATEST = len(MIGRATIONS)

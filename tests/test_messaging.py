@@ -160,3 +160,29 @@ def test_receipts_sync_between_replicas() -> None:
     pull(a, b)
     (status,) = a.message_status(sent.id)
     assert status.read_at is not None and status.receipt_id == rid
+
+
+def test_search_finds_words_with_filters(mem: Replica) -> None:
+    """Full-text search matches all words, honours from/channel/since filters, and sees new messages."""
+    mem.send_message("alpha", "beta", "the deploy failed on staging")
+    mem.send_message("gamma", "beta, delta", "deploy succeeded on prod")
+    first = mem.search_messages("deploy")
+    assert {h.content for h in first} == {"the deploy failed on staging", "deploy succeeded on prod"}
+    assert [h.sender for h in mem.search_messages("deploy", from_="gamma")] == ["gamma"]
+    assert [h.sender for h in mem.search_messages("deploy", channel="delta")] == ["gamma"]
+    assert [h.content for h in mem.search_messages("failed staging")] == ["the deploy failed on staging"]
+    late = mem.send_message("alpha", "broadcast", "deploy rolled back")
+    hits = mem.search_messages("deploy", since=late.seq - 1)
+    assert [h.content for h in hits] == ["deploy rolled back"]
+    assert mem.search_messages('"OR deploy') == []  # operators are words, not syntax
+    with pytest.raises(InvalidArgument, match="query must be a non-empty string"):
+        mem.search_messages("  ")
+
+
+def test_recent_senders_tracks_each_instance(mem: Replica) -> None:
+    """Every (role, instance) that sent appears once, most recent first."""
+    mem.send_message("alpha", "beta", "1", from_instance_id="a1")
+    mem.send_message("gamma", "beta", "2")
+    mem.send_message("alpha", "beta", "3", from_instance_id="a1")
+    seen = mem.recent_senders()
+    assert [(s.role, s.instance) for s in seen] == [("alpha", "a1"), ("gamma", None)]

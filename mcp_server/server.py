@@ -1,0 +1,181 @@
+"""Assembling the tools into an ``MCPServer``; errors and bindings at the boundary.
+
+Invariants:
+* Every tool publishes an input schema (exact wire names), a one-line
+  description and an output schema; success returns the result both as
+  ``structuredContent`` and as JSON text.
+* A bad call returns ``isError`` with ``"<code>: <message>"`` text and no
+  structured content (code: ``invalid_argument``, ``not_found`` or
+  ``store_error``); it has changed nothing. Anything else is a bug and is left
+  to the SDK (generic message, traceback logged).
+* A call's binding comes from, in order: HTTP headers ``X-Peerd-Role`` /
+  ``X-Peerd-Instance``, query ``?role=&instance=``, the server's own binding
+  (command line). Arguments then win over the binding.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from importlib import metadata
+from typing import Any
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
+from mcp.types import CallToolResult, TextContent
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from mcp_server import schemas
+from mcp_server.tools import (
+    TOOLS,
+    Call,
+    Env,
+    FleetIdProvider,
+    PresenceProvider,
+    SessionBinding,
+    ToolSpec,
+)
+from mcp_server.waiter import Waiter
+from replica import LocalError, NotFound, PeerdError, Replica, StoreError
+
+ROLE_HEADER = "x-peerd-role"
+INSTANCE_HEADER = "x-peerd-instance"
+ROLE_QUERY = "role"
+INSTANCE_QUERY = "instance"
+
+INSTRUCTIONS = (
+    "peerd: messages between AI agents across machines. Call whoami to see which role this session "
+    "speaks for; send_message to write; check_messages (optionally with wait) to read, then "
+    "mark_as_read with the receipt ids; message_status to see delivery. Threads: create_agent, "
+    "create_thread, append, poll."
+)
+
+ReplicaSource = Replica | Callable[[], Replica]
+
+
+class _RawArguments(ArgModelBase):
+    """Hands the tool the raw argument object; our own models check it (clean errors, aliases)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    def model_dump_one_level(self) -> dict[str, Any]:
+        return {"arguments": dict(self.model_extra or {})}
+
+
+def error_code(exc: PeerdError) -> str:
+    if isinstance(exc, NotFound):
+        return "not_found"
+    if isinstance(exc, LocalError):
+        return "invalid_argument"
+    if isinstance(exc, StoreError):
+        return "store_error"
+    return "error"
+
+
+def error_result(code: str, message: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=f"{code}: {message}")], is_error=True)
+
+
+def describe_invalid(exc: ValidationError, model: type[BaseModel]) -> str:
+    """One line per problem, naming arguments as they are spelt on the wire."""
+    allowed = ", ".join(f.alias or n for n, f in model.model_fields.items())
+    parts: list[str] = []
+    for err in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in err["loc"]) or "arguments"
+        if err["type"] == "missing":
+            parts.append(f"missing required argument '{where}'")
+        elif err["type"] == "extra_forbidden":
+            parts.append(f"unknown argument '{where}' (arguments: {allowed or 'none'})")
+        else:
+            parts.append(f"'{where}': {err['msg']}")
+    return "; ".join(parts)
+
+
+def success_result(out: BaseModel) -> CallToolResult:
+    data = out.model_dump(mode="json", by_alias=True)
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+
+
+def _pick(values: object, key: str) -> str | None:
+    if not isinstance(values, Mapping):
+        return None
+    value = values.get(key)
+    return value.strip() or None if isinstance(value, str) else None
+
+
+def request_binding(request: object, default: SessionBinding) -> SessionBinding:
+    """The binding for one request: headers, then query parameters, then ``default``."""
+    headers = getattr(request, "headers", None)
+    query = getattr(request, "query_params", None)
+    role = _pick(headers, ROLE_HEADER) or _pick(query, ROLE_QUERY) or default.role
+    instance = _pick(headers, INSTANCE_HEADER) or _pick(query, INSTANCE_QUERY) or default.instance
+    return SessionBinding(role, instance)
+
+
+def _request_of(ctx: Context[Any, Any]) -> object:
+    try:
+        return ctx.request_context.request
+    except ValueError:  # called outside a request (direct call_tool): no transport data
+        return None
+
+
+async def run_tool(spec: ToolSpec[Any, Any], env: Env, ctx: Context[Any, Any],
+                   arguments: Mapping[str, Any]) -> CallToolResult:
+    try:
+        args = spec.args.model_validate(dict(arguments))
+    except ValidationError as exc:
+        return error_result("invalid_argument", describe_invalid(exc, spec.args))
+    call = Call(env, request_binding(_request_of(ctx), env.bind))
+    try:
+        out = await spec.handler(call, args)
+    except PeerdError as exc:
+        return error_result(error_code(exc), str(exc))
+    return success_result(out)
+
+
+def make_tool(spec: ToolSpec[Any, Any], env: Env) -> Tool:
+    async def runner(ctx: Context[Any, Any], arguments: dict[str, Any]) -> CallToolResult:
+        return await run_tool(spec, env, ctx, arguments)
+
+    return Tool(
+        fn=runner,
+        name=spec.name,
+        title=None,
+        description=spec.description,
+        parameters=schemas.input_schema(spec.args),
+        fn_metadata=FuncMetadata(
+            arg_model=_RawArguments, output_schema=schemas.output_schema(spec.out), output_model=spec.out
+        ),
+        is_async=True,
+        context_kwarg="ctx",
+        annotations=spec.annotations,
+    )
+
+
+def _version() -> str:
+    try:
+        return metadata.version("peerd")
+    except metadata.PackageNotFoundError:
+        return "0"
+
+
+def build_server(replica: ReplicaSource, *, waiter: Waiter, bind: SessionBinding | None = None,
+                 fleet_id: FleetIdProvider | None = None, presence: PresenceProvider | None = None) -> MCPServer[Any]:
+    """An MCP server with every peerd tool over ``replica`` (a Replica or a zero-argument provider).
+
+    ``waiter`` blocks ``wait`` calls until the replica changes; ``bind`` is the session binding
+    when the transport cannot carry one (stdio); ``fleet_id`` and ``presence`` are optional
+    daemon hooks (called on the event loop: they must not block).
+    """
+    source: Callable[[], Replica] = (lambda: replica) if isinstance(replica, Replica) else replica
+    env = Env(source, waiter, bind or SessionBinding(), fleet_id, presence)
+    return MCPServer(
+        "peerd",
+        version=_version(),
+        instructions=INSTRUCTIONS,
+        tools=[make_tool(spec, env) for spec in TOOLS],
+        log_level="WARNING",
+    )

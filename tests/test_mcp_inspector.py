@@ -1,0 +1,102 @@
+"""The official MCP Inspector CLI against peerd over stdio and HTTP.
+
+Needs the pinned Inspector and Node 22 from ``npm ci --prefix tools/inspector``;
+without them these tests fail (they never skip).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcp_server import LocalHttpServer, ReplicaWatcher, http_app
+from replica import open_home
+
+REPO = Path(__file__).resolve().parent.parent
+INSPECTOR_DIR = REPO / "tools" / "inspector"
+NODE = INSPECTOR_DIR / "node_modules" / ".bin" / "node"
+LAUNCHER = (INSPECTOR_DIR / "node_modules" / "@modelcontextprotocol" / "inspector" / "clients" / "launcher"
+            / "build" / "index.js")
+TOOL_ERROR_EXIT = 5
+
+
+@dataclass(frozen=True)
+class Run:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+@pytest.fixture
+def inspector_env(tmp_path: Path) -> dict[str, str]:
+    """The environment to run the Inspector in; fails the test if it is not installed."""
+    if not NODE.exists() or not LAUNCHER.exists():
+        pytest.fail(f"MCP Inspector not installed: run `npm ci --prefix {INSPECTOR_DIR.relative_to(REPO)}`")
+    env = dict(os.environ)
+    env["HOME"] = str(tmp_path / "inspector-home")  # it keeps a catalog and storage under ~/.mcp-inspector
+    env["PATH"] = f"{NODE.parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+async def inspect(env: dict[str, str], *args: str) -> Run:
+    proc = await asyncio.create_subprocess_exec(
+        str(NODE), str(LAUNCHER), "--cli", "--format", "json", "-q", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, cwd=REPO,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode is not None
+    return Run(proc.returncode, out.decode(), err.decode())
+
+
+def result_of(run: Run) -> Any:
+    assert run.code == 0, (run.code, run.out, run.err)
+    payload = run.json()
+    return payload.get("result", payload)
+
+
+async def check_inspector(env: dict[str, str], target: list[str], command: list[str], role: str) -> None:
+    """``target`` goes before the method options, ``command`` (a stdio server after ``--``) after them."""
+    listed = result_of(await inspect(env, *target, "--method", "tools/list", "--strict", *command))
+    assert len(listed["tools"]) == 19
+    assert all(t["description"] and t["outputSchema"] for t in listed["tools"])
+    call = ["--method", "tools/call", "--tool-name"]
+    sent = result_of(await inspect(env, *target, *call, "send_message", "--tool-args-json",
+                                   '{"channel": "beta", "content": "7"}', *command))
+    assert sent["structuredContent"]["from"] == role and sent["isError"] is False
+    failed = await inspect(env, *target, *call, "mark_as_read", "--tool-args-json",
+                           '{"receiptIds": ["no-such-receipt"]}', *command)
+    assert failed.code == TOOL_ERROR_EXIT, (failed.code, failed.out, failed.err)
+    assert "not_found: unknown receipt id" in failed.out + failed.err
+
+
+async def test_inspector_over_stdio(tmp_path: Path, inspector_env: dict[str, str]) -> None:
+    """Inspector --cli lists the tools (schemas pass --strict), calls one (exit 0), sees isError (exit 5)."""
+    home = tmp_path / "home"
+    open_home(home).close()
+    server = ["--", sys.executable, "-m", "mcp_server", "--home", str(home), "--role", "alpha"]
+    await check_inspector(inspector_env, ["--transport", "stdio"], server, "alpha")
+    with open_home(home) as replica:
+        assert [m.content for m in replica.check_messages("beta").messages] == ["7"]
+
+
+async def test_inspector_over_http(tmp_path: Path, inspector_env: dict[str, str]) -> None:
+    """The same Inspector checks pass against streamable HTTP, with the role bound by a header."""
+    with open_home(tmp_path / "home") as replica:
+        watcher = ReplicaWatcher(replica)
+        try:
+            async with LocalHttpServer(http_app(replica, waiter=watcher)) as server:
+                target = [server.url, "--transport", "http", "--header", "X-Peerd-Role: gamma"]
+                await check_inspector(inspector_env, target, [], "gamma")
+        finally:
+            watcher.close()
+        assert [m.content for m in replica.check_messages("beta").messages] == ["7"]

@@ -1,0 +1,179 @@
+"""MCP over real transports: the stdio server process and streamable HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult
+
+from mcp_server import LocalHttpServer, ReplicaWatcher, http_app
+from mcp_server.__main__ import parse_args
+from replica import Replica, open_home
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    """A peerd home whose replica and key exist before any server process opens it."""
+    path = tmp_path / "home"
+    open_home(path).close()
+    yield path
+
+
+@pytest.fixture
+def replica(home: Path) -> Iterator[Replica]:
+    r = open_home(home)
+    yield r
+    r.close()
+
+
+def stdio_params(home: Path, *extra: str) -> StdioServerParameters:
+    uv = shutil.which("uv")
+    assert uv is not None, "uv must be on PATH to start the stdio server as users do"
+    return StdioServerParameters(
+        command=uv, args=["run", "--no-sync", "python", "-m", "mcp_server", "--home", str(home), *extra],
+        cwd=REPO, env={"UV_PYTHON_DOWNLOADS": "never"},
+    )
+
+
+def data(result: CallToolResult) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    assert isinstance(result.structured_content, dict)
+    return result.structured_content
+
+
+@asynccontextmanager
+async def http_server(replica: Replica) -> AsyncIterator[LocalHttpServer]:
+    watcher = ReplicaWatcher(replica)
+    try:
+        async with LocalHttpServer(http_app(replica, waiter=watcher, fleet_id=lambda: "f1")) as server:
+            yield server
+    finally:
+        watcher.close()
+
+
+# -- stdio -------------------------------------------------------------------------------------
+
+
+async def test_stdio_server_serves_tools_bound_by_command_line(home: Path, replica: Replica) -> None:
+    """`python -m mcp_server --home DIR --role R --instance I` lists tools and writes the home's replica."""
+    async with Client(stdio_params(home, "--role", "alpha", "--instance", "a1")) as c:
+        assert len((await c.list_tools()).tools) == 19
+        me = data(await c.call_tool("whoami", {}))
+        assert (me["nodeId"], me["role"], me["instanceId"]) == (replica.node_id, "alpha", "a1")
+        sent = data(await c.call_tool("send_message", {"channel": "beta", "content": "over stdio"}))
+        bad = await c.call_tool("mark_as_read", {"receiptIds": ["nope"]})
+        assert bad.is_error
+    [msg] = replica.check_messages("beta").messages
+    assert (msg.id, msg.sender, msg.sender_instance, msg.content) == (sent["id"], "alpha", "a1", "over stdio")
+
+
+async def test_stdio_wait_wakes_on_a_write_from_another_process(home: Path, replica: Replica) -> None:
+    """A stdio server's waiting check_messages returns well within 0.5 s of another process's write."""
+    async with Client(stdio_params(home, "--role", "beta")) as c:
+        await c.call_tool("whoami", {})
+        call = asyncio.create_task(c.call_tool("check_messages", {"wait": 30}))
+        await asyncio.sleep(0.5)
+        assert not call.done()
+        await asyncio.to_thread(replica.send_message, "alpha", "beta", "wake up")
+        landed = time.monotonic()
+        result = data(await call)
+        assert time.monotonic() - landed < 0.5
+    assert [m["content"] for m in result["messages"]] == ["wake up"]
+
+
+def test_main_requires_a_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --home or PEERD_HOME the entry point refuses to start; PEERD_HOME is honoured."""
+    monkeypatch.delenv("PEERD_HOME", raising=False)
+    with pytest.raises(SystemExit):
+        parse_args([])
+    monkeypatch.setenv("PEERD_HOME", "/somewhere")
+    assert parse_args(["--role", "x"]).home == Path("/somewhere")
+
+
+# -- waiting on writes of other processes (the daemon's case) ------------------------------------
+
+WRITER = """
+import sys, time
+from pathlib import Path
+from replica import open_home
+r = open_home(Path(sys.argv[1]))
+r.send_message("alpha", "beta", "from another process")
+print(time.time(), flush=True)
+r.close()
+"""
+
+
+async def test_in_process_wait_sees_another_process_write(home: Path, replica: Replica) -> None:
+    """An HTTP session's wait wakes within 0.5 s of a commit by a separate process on the same file."""
+    async with http_server(replica) as server, Client(f"{server.url}?role=beta") as c:
+        call = asyncio.create_task(c.call_tool("check_messages", {"wait": 30}))
+        await asyncio.sleep(0.3)
+        writer = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", WRITER, str(home), stdout=asyncio.subprocess.PIPE, cwd=REPO)
+        out, _ = await writer.communicate()
+        result = data(await call)
+        returned = time.time()
+    assert writer.returncode == 0
+    assert [m["content"] for m in result["messages"]] == ["from another process"]
+    assert returned - float(out) < 0.5
+
+
+# -- streamable HTTP ------------------------------------------------------------------------------
+
+
+async def test_http_binds_sessions_by_query_and_by_headers(replica: Replica) -> None:
+    """?role=&instance= and X-Peerd-Role / X-Peerd-Instance bind a session; arguments still win."""
+    async with http_server(replica) as server:
+        assert server.port > 0 and server.url == f"http://127.0.0.1:{server.port}/mcp"
+        async with Client(f"{server.url}?role=alpha&instance=a1") as c:
+            me = data(await c.call_tool("whoami", {}))
+            assert (me["role"], me["instanceId"], me["fleetId"]) == ("alpha", "a1", "f1")
+            sent = data(await c.call_tool("send_message", {"channel": "beta", "content": "hi"}))
+            assert (sent["from"], sent["fromInstanceId"]) == ("alpha", "a1")
+        headers = {"X-Peerd-Role": "beta", "X-Peerd-Instance": "b7"}
+        async with (httpx2.AsyncClient(headers=headers, timeout=30) as hc,
+                    Client(streamable_http_client(server.url, http_client=hc)) as c):
+            me = data(await c.call_tool("whoami", {}))
+            assert (me["role"], me["instanceId"]) == ("beta", "b7")
+            inbox = data(await c.call_tool("check_messages", {}))
+            assert [m["content"] for m in inbox["messages"]] == ["hi"]
+            assert data(await c.call_tool("check_messages", {"recipient": "alpha"}))["recipientInstanceId"] is None
+
+
+async def test_http_legacy_handshake_clients_work(replica: Replica) -> None:
+    """A client on the initialize handshake (session ids, SSE) gets the tools and its binding."""
+    async with http_server(replica) as server, Client(f"{server.url}?role=gamma", mode="legacy") as c:
+        assert c.protocol_version < "2026"
+        assert data(await c.call_tool("whoami", {}))["role"] == "gamma"
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{"Origin": "http://evil.example"}, {"Origin": "null"}, {"Host": "evil.example"},
+     {"Host": "attacker.test:8080", "Origin": "http://attacker.test:8080"}],
+    ids=["origin", "null-origin", "host", "rebinding"],
+)
+async def test_http_refuses_foreign_host_or_origin(replica: Replica, headers: dict[str, str]) -> None:
+    """A request whose Host or Origin is not 127.0.0.1/localhost gets 403 and changes nothing."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "send_message", "arguments": {"from": "x", "channel": "y", "content": "z"}}}
+    before = replica.state_digest()
+    async with http_server(replica) as server, httpx2.AsyncClient(timeout=10) as raw:
+        refused = await raw.post(server.url, json=body, headers=headers)
+        local = await raw.post(server.url, json={}, headers={"Origin": f"http://localhost:{server.port}"})
+    assert refused.status_code == 403
+    assert local.status_code != 403
+    assert replica.state_digest() == before
