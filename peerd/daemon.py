@@ -8,6 +8,7 @@ the node id survives restarts because the key lives in the home.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import os
 import signal
@@ -17,6 +18,7 @@ from typing import Any
 
 from peerd import home as homes
 from peerd.config import Config
+from peerd.errors import DaemonError
 from peerd.local import LocalServer, build_app
 from peerd.localapi import build_routes
 from peerd.node import Node
@@ -44,8 +46,25 @@ class Daemon:
         self.node: Node | None = None
         self.local: LocalServer | None = None
         self.info: dict[str, Any] = {}
+        self._lock_fd: int | None = None
+
+    def _lock_home(self) -> None:
+        """One daemon per home: hold an exclusive lock on ``daemon.lock`` while running."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.home / "daemon.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            other = homes.read_daemon_json(self.home) or {}
+            raise DaemonError(
+                f"another peerd is already running on {self.home} (pid {other.get('pid', '?')}); "
+                "stop it first, or use another --home"
+            ) from None
+        self._lock_fd = fd
 
     async def start(self) -> dict[str, Any]:
+        self._lock_home()
         self.rep = await asyncio.to_thread(open_home, self.home)
         self.node = Node(self.cfg, self.rep, bind=self.bind)
         await self.node.start()
@@ -56,7 +75,11 @@ class Daemon:
         }
         app = build_app(build_routes(self.node, self.info), _mcp_app(self.node))
         self.local = LocalServer(app, self.cfg.local_port)
-        await self.local.start()
+        try:
+            await self.local.start()
+        except BaseException:
+            await self.node.stop()
+            raise
         self.info.update({
             "local_port": self.local.port, "local_url": f"http://127.0.0.1:{self.local.port}",
             "mcp_url": f"http://127.0.0.1:{self.local.port}/mcp", "started": time.time(),
@@ -74,6 +97,9 @@ class Daemon:
             await self.node.stop()
         if self.rep is not None:
             self.rep.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
 
 async def run(home: Path, cfg: Config, *, bind: str = "0.0.0.0", advertise: str = "127.0.0.1") -> None:
@@ -82,7 +108,14 @@ async def run(home: Path, cfg: Config, *, bind: str = "0.0.0.0", advertise: str 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await daemon.start()
+    try:
+        await daemon.start()
+    except BaseException:
+        if daemon.rep is not None:
+            daemon.rep.close()
+        if daemon._lock_fd is not None:
+            os.close(daemon._lock_fd)
+        raise
     try:
         await stop.wait()
         log.info("shutting down")

@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from peerd.errors import DaemonError
 from replica import InvalidArgument, NotFound, PeerdError
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
@@ -135,7 +136,14 @@ class LocalServer:
     async def start(self) -> None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", self.want_port))
+        try:
+            sock.bind(("127.0.0.1", self.want_port))
+        except OSError as exc:
+            sock.close()
+            raise DaemonError(
+                f"cannot listen on 127.0.0.1:{self.want_port} for MCP and the local API: {exc.strerror or exc}"
+                " (is another peerd running? pick another port with --local-port, or 0 for any free one)"
+            ) from None
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(self.app, log_level="warning", lifespan="on", access_log=False)
         self._server = _Server(config)

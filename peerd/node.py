@@ -29,22 +29,26 @@ import aiohttp
 import msgpack
 from aiohttp import web
 
-from discovery import DiscoverySource, MdnsSource, PeerCandidate, SeedError, SeedSource
+from discovery import DiscoverySource, MdnsSource, PeerCandidate, SeedError, SeedSource, parse_seed
 from peerd import protocol
 from peerd.config import DEFAULT_PORT, Config
-from peerd.errors import PeerError, SealError
+from peerd.errors import DaemonError, PeerError, SealError
 from peerd.peers import Peer, PeerTable
 from peerd.protocol import Msg, ProtocolError, RoundResult
 from peerd.seal import open_sealed, seal
-from replica import Replica
+from replica import Replica, vector
 from replica.errors import RemoteError
 
 log = logging.getLogger("peerd.node")
 
 PUSH_BATCH = 500
+OUTBOX_LIMIT = 5000
 WATCH_INTERVAL = 0.05
+INDEX_EVERY = 2.0
 EXCHANGE_EVERY = 5
 REQUEST_TIMEOUT = 15.0
+CONNECT_TIMEOUT = 3.0
+READ_TIMEOUT = 10.0
 CATCHUP_REPORT = 1000  # a round that must pull at least this many ops reports progress
 PROGRESS_LOG_EVERY = 2.0
 
@@ -123,6 +127,10 @@ class Node:
         self.started = time.time()
         self.counters = {"rounds": 0, "pushed_ops": 0, "pulled_ops": 0, "refused": 0, "forwarded_ops": 0}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._in_round: set[str] = set()
+        self._activity = False
+        self._outbox: dict[str, list[bytes]] = {}
+        self._draining: set[str] = set()
         self._wake = asyncio.Event()
         self._push_evt = asyncio.Event()
         self._pushed = 0
@@ -139,7 +147,7 @@ class Node:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT),
+            timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT, sock_read=READ_TIMEOUT),
             connector=aiohttp.TCPConnector(limit=128, force_close=False),
             skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
         )
@@ -148,7 +156,15 @@ class Node:
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.bind, self.cfg.port, reuse_address=True)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            await self._runner.cleanup()
+            await self._session.close()
+            raise DaemonError(
+                f"cannot listen for peers on {self.bind}:{self.cfg.port}: {exc.strerror or exc}"
+                " (is another peerd running? pick another port with --port, or 0 for any free one)"
+            ) from None
         self.peer_port = int(self._runner.addresses[0][1])
         self._pushed = await asyncio.to_thread(self.rep.max_lseq)
         self.rep.add_listener(self._on_replica_change)
@@ -159,11 +175,14 @@ class Node:
         log.info("peer server on %s:%d, node %s", self.bind, self.peer_port, self.rep.node_id[:16])
 
     async def _start_discovery(self) -> None:
-        try:
-            self.seeds = SeedSource(self.cfg.seeds, default_port=DEFAULT_PORT)
-        except SeedError as exc:
-            log.error("ignoring the seed list: %s", exc)
-            self.seeds = SeedSource((), default_port=DEFAULT_PORT)
+        good = []
+        for seed in self.cfg.seeds:
+            try:
+                parse_seed(seed, DEFAULT_PORT)
+                good.append(seed)
+            except SeedError as exc:
+                log.error("ignoring seed %r: %s", seed, exc)
+        self.seeds = SeedSource(good, default_port=DEFAULT_PORT)
         sources: list[DiscoverySource] = [self.seeds]
         if self.cfg.mdns:
             interfaces = self.cfg.mdns_interfaces
@@ -223,7 +242,13 @@ class Node:
     # -- serving peers ---------------------------------------------------------------------
 
     async def _handle(self, request: web.Request) -> web.Response:
-        body = await request.read()
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            self.counters["refused"] += 1
+            log.warning("refused request from %s: body over the %d-byte limit", request.remote,
+                        self.cfg.max_body_bytes)
+            raise
         try:
             msg = _unpack(open_sealed(self.cfg.fleet_key, body))
         except SealError as exc:
@@ -275,7 +300,7 @@ class Node:
         if result.new:
             fresh = [msg["o"][i] for i in result.new_index]
             self.counters["forwarded_ops"] += len(fresh)
-            self.spawn(self._push(fresh, exclude=sender))
+            self._push(fresh, exclude=sender)
         return reply
 
     def _merge_peers(self, msg: Msg) -> None:
@@ -292,10 +317,12 @@ class Node:
         msg.setdefault("p", self.peer_port)
         try:
             async with self._session.post(f"http://{peer.addr}/v1", data=seal(self.cfg.fleet_key, _pack(msg))) as resp:
-                data = await resp.read()
+                data = await self._read_capped(resp, peer)
                 status = resp.status
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise PeerError(f"cannot reach: {exc or type(exc).__name__}", peer=peer.addr) from None
+        except TimeoutError:
+            raise PeerError("no answer in time (timed out)", peer=peer.addr) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise PeerError(f"cannot reach: {str(exc) or type(exc).__name__}", peer=peer.addr) from None
         if status == 403:
             raise PeerError("refused our request: not in the same fleet (different fleet key)", peer=peer.addr)
         try:
@@ -305,6 +332,18 @@ class Node:
         if reply.get("t") == "error" or status != 200:
             raise PeerError(f"refused our request: {reply.get('e', status)}", peer=peer.addr)
         return reply
+
+    async def _read_capped(self, resp: aiohttp.ClientResponse, peer: Peer) -> bytes:
+        """A reply body, refusing one larger than our body limit."""
+        limit = self.cfg.max_body_bytes
+        if resp.content_length is not None and resp.content_length > limit:
+            raise PeerError(f"reply of {resp.content_length} bytes is over the {limit}-byte limit", peer=peer.addr)
+        data = bytearray()
+        async for chunk in resp.content.iter_chunked(65536):
+            data += chunk
+            if len(data) > limit:
+                raise PeerError(f"reply is over the {limit}-byte limit", peer=peer.addr)
+        return bytes(data)
 
     async def sync_with(self, peer: Peer) -> RoundResult:
         """One push-pull round with ``peer``; updates the peer table either way."""
@@ -381,29 +420,35 @@ class Node:
     # -- background work -------------------------------------------------------------------
 
     async def _gossip(self) -> None:
+        """Start rounds on schedule; each runs as its own task so a silent peer never
+        holds up the others. Back off while rounds find nothing to do."""
         interval = self.cfg.gossip_interval
-        rounds = 0
+        ticks = 0
         while True:
-            targets = self.table.pick(2, time.monotonic())
-            outcomes = await asyncio.gather(*(self._round(p, rounds) for p in targets))
-            rounds += 1
-            busy = any(outcomes)
+            for peer in self.table.pick(2, time.monotonic(), busy=frozenset(self._in_round)):
+                self._in_round.add(peer.addr)
+                self.spawn(self._round(peer, exchange=ticks % EXCHANGE_EVERY == 0))
+            ticks += 1
+            busy, self._activity = self._activity, False
             interval = self.cfg.gossip_interval if busy else min(interval * 1.5, self.cfg.gossip_max_interval)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), interval * random.uniform(0.8, 1.2))
                 interval = self.cfg.gossip_interval
             self._wake.clear()
 
-    async def _round(self, peer: Peer, rounds: int) -> bool:
-        """A round plus, now and then, a peer exchange; True if anything moved."""
+    async def _round(self, peer: Peer, *, exchange: bool) -> None:
+        """A round plus, on first contact and now and then, a peer exchange."""
         first_contact = peer.last_sync is None
         try:
             result = await self.sync_with(peer)
-            if first_contact or rounds % EXCHANGE_EVERY == 0:
+            if first_contact or exchange:
                 await self.exchange_peers(peer)
+            if first_contact or not result.same:
+                self._activity = True
         except PeerError:
-            return False
-        return first_contact or not result.same
+            pass
+        finally:
+            self._in_round.discard(peer.addr)
 
     async def _pusher(self) -> None:
         while True:
@@ -415,29 +460,53 @@ class Node:
             self._pushed = ops[-1][0]
             if len(ops) == PUSH_BATCH:
                 self._push_evt.set()
-            await self._push([raw for _, raw in ops], exclude=None)
+            self._push([raw for _, raw in ops], exclude=None)
 
-    async def _push(self, raws: list[bytes], exclude: bytes | None) -> None:
-        now = time.monotonic()
-        targets = [p for p in self.table.pick(self.cfg.push_fanout, now, exclude=exclude) if p.reachable]
-        await asyncio.gather(*(self._push_one(p, raws) for p in targets))
+    def _push(self, raws: list[bytes], exclude: bytes | None) -> None:
+        """Queue ops for a few live peers; each peer's queue drains in its own task, so a
+        burst of writes coalesces into few requests and a slow peer delays only itself."""
+        for peer in self.table.push_targets(self.cfg.push_fanout, exclude=exclude):
+            box = self._outbox.setdefault(peer.addr, [])
+            box.extend(raws)
+            if len(box) > OUTBOX_LIMIT:  # far behind: drop the backlog, rounds repair it
+                del box[: len(box) - OUTBOX_LIMIT]
+            if peer.addr not in self._draining:
+                self._draining.add(peer.addr)
+                self.spawn(self._drain(peer))
 
-    async def _push_one(self, peer: Peer, raws: list[bytes]) -> None:
+    async def _drain(self, peer: Peer) -> None:
+        box = self._outbox.setdefault(peer.addr, [])
         try:
-            await self.call(peer, {"t": "push", "o": raws})
-            self.table.succeeded(peer, time.monotonic(), None)
-        except PeerError as exc:
-            self.table.failed(peer, time.monotonic(), str(exc))
+            while box:
+                n = vector.take_within((len(r) for r in box), self.cfg.page_bytes)
+                batch = box[:n]
+                del box[:n]
+                try:
+                    await self.call(peer, {"t": "push", "o": batch})
+                    self.table.succeeded(peer, time.monotonic(), None)
+                except PeerError as exc:
+                    self.table.failed(peer, time.monotonic(), str(exc))
+                    box.clear()
+        finally:
+            self._draining.discard(peer.addr)
 
     async def _watch(self) -> None:
-        """Notice writes by other processes on the same replica file."""
+        """Notice writes by other processes on the same replica file, and keep the
+        search index and senders table caught up in the background (in small steps,
+        so a search never has to index a large backlog itself)."""
         last = await asyncio.to_thread(self.rep.max_lseq)
+        indexed_at = time.monotonic()
         while True:
             await asyncio.sleep(WATCH_INTERVAL)
             now = await asyncio.to_thread(self.rep.max_lseq)
             if now != last:
                 last = now
                 self._changed()
+            if time.monotonic() - indexed_at > INDEX_EVERY:
+                indexed_at = time.monotonic()
+                more = True
+                while more:  # one short transaction per step, so writers interleave
+                    more = await asyncio.to_thread(self.rep.catch_up_step)
 
     # -- reporting -------------------------------------------------------------------------
 

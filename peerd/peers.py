@@ -112,14 +112,22 @@ class PeerTable:
     def live(self) -> list[Peer]:
         return [p for p in self.peers.values() if p.reachable]
 
-    def pick(self, k: int, now: float, exclude: bytes | None = None) -> list[Peer]:
-        """Up to ``k`` random peers to contact now, preferring ones that answer."""
-        due = [p for p in self.due(now) if exclude is None or p.node != exclude]
-        live = [p for p in due if p.reachable]
-        rest = [p for p in due if not p.reachable]
+    def pick(self, k: int, now: float, exclude: bytes | None = None, busy: frozenset[str] = frozenset()) -> list[Peer]:
+        """Peers to sync with now: every candidate never tried yet, then up to ``k`` random
+        live ones, plus one failing peer whose backoff has passed (so it is retried)."""
+        due = [p for p in self.due(now) if (exclude is None or p.node != exclude) and p.addr not in busy]
+        fresh = [p for p in due if p.last_sync is None and p.failures == 0]
+        live = [p for p in due if p.reachable and p not in fresh]
+        retry = [p for p in due if not p.reachable and p not in fresh]
         random.shuffle(live)
-        random.shuffle(rest)
-        return (live + rest)[:k]
+        random.shuffle(retry)
+        return fresh + live[: max(0, k - len(fresh))] + retry[:1]
+
+    def push_targets(self, k: int, exclude: bytes | None = None) -> list[Peer]:
+        """Up to ``k`` random live peers for push on write."""
+        live = [p for p in self.live() if exclude is None or p.node != exclude]
+        random.shuffle(live)
+        return live[:k]
 
     def exchange_records(self, now: float) -> list[dict[str, Any]]:
         return [

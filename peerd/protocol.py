@@ -175,10 +175,10 @@ def client_round(
     while more and _wants(rep.vector(), theirs_short):
         reply = yield {"t": "pull", "w": _wants(rep.vector(), theirs_short)}
         res.requests += 1
-        n, more = _apply_page(rep, reply)
-        res.pulled += n
-        if n == 0 and more:
+        if more and isinstance(reply, dict) and reply.get("o") == [] and reply.get("m") is True:
             raise ProtocolError("peer sent an empty page but claims more")
+        n, more = _apply_page(rep, reply)  # ops may all be known already (a concurrent round got them)
+        res.pulled += n
     res.pushed, pushes = yield from _push_missing(rep, theirs_short, budget)
     res.requests += pushes
     return res

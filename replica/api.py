@@ -134,6 +134,21 @@ def _const_body(body: dict[str, Any]) -> Callable[[int, int], dict[str, Any]]:
     return lambda _seq, _hlc: body
 
 
+_INBOX_QUERY = (
+    "SELECT m.lseq, m.id, m.sender, m.sender_inst, m.channel, m.to_inst, m.content, m.hlc, rc.read, rc.delivered"
+    " FROM {src} JOIN ops m ON m.lseq = c.lseq"
+    " LEFT JOIN receipts rc ON rc.msg_id = m.id AND rc.role = ?1 AND rc.inst = ?2"
+    " WHERE (m.to_inst IS NULL OR m.to_inst = ?4)"
+    " AND NOT (m.sender = ?1 AND coalesce(m.sender_inst, '') = ?2)"
+    " AND rc.read IS NULL ORDER BY c.lseq LIMIT ?5"
+)
+_INBOX_SOURCES = (
+    "(SELECT lseq FROM ops WHERE channel = ?1 AND lseq > ?3 ORDER BY lseq) c",
+    "(SELECT lseq FROM ops WHERE channel = 'broadcast' AND lseq > ?3 ORDER BY lseq) c",
+    "(SELECT lseq FROM routes WHERE role = ?1 AND lseq > ?3 ORDER BY lseq) c",
+)
+
+
 class Replica:
     """One replica: a SQLite file (or ``:memory:``) plus this node's identity."""
 
@@ -146,6 +161,7 @@ class Replica:
         self._listeners: list[Listener] = []
         self._listen_lock = threading.Lock()
         self._oids: dict[bytes, int] = {}
+        self._floors: dict[tuple[str, str | None], int] = {}
         with st.write() as cur:
             self._self_oid = store.origin_id(cur, ident.public_key)
 
@@ -255,21 +271,24 @@ class Replica:
         return Inbox(msgs, cursor)
 
     def _inbox_rows(self, role: str, inst: str | None, after: int, limit: int) -> list[Any]:
+        """The first ``limit`` unread messages for (role, inst) after ``after``, by lseq.
+
+        Three index scans in lseq order (the role's channel, broadcasts, multi-role routes),
+        each stopping at ``limit`` matches, merged. A per-caller floor remembers where the
+        caller's unread messages begin: everything below it is read or not addressed to the
+        caller, and stays so (reads are never undone; new arrivals get higher lseqs), so a
+        long history of read messages is not scanned again.
+        """
+        key = (role, inst)
+        floor = self._floors.get(key, 0)
+        args = (role, routing.instance_key(inst), max(after, floor), inst, limit)
         with self._store.read() as cur:
-            return cur.execute(
-                "WITH cand(lseq) AS ("
-                "   SELECT lseq FROM ops WHERE channel IN (?1, 'broadcast') AND lseq > ?3"
-                "   UNION ALL SELECT lseq FROM routes WHERE role = ?1 AND lseq > ?3)"
-                " SELECT m.lseq, m.id, m.sender, m.sender_inst, m.channel, m.to_inst, m.content, m.hlc,"
-                " rc.read, rc.delivered"
-                " FROM cand JOIN ops m ON m.lseq = cand.lseq"
-                " LEFT JOIN receipts rc ON rc.msg_id = m.id AND rc.role = ?1 AND rc.inst = ?2"
-                " WHERE (m.to_inst IS NULL OR m.to_inst = ?4)"
-                " AND NOT (m.sender = ?1 AND coalesce(m.sender_inst, '') = ?2)"
-                " AND rc.read IS NULL"
-                " ORDER BY m.lseq LIMIT ?5",
-                (role, routing.instance_key(inst), after, inst, limit),
-            ).fetchall()
+            rows = [row for src in _INBOX_SOURCES for row in cur.execute(_INBOX_QUERY.format(src=src), args)]
+            newest = int(cur.execute("SELECT coalesce(max(lseq), 0) FROM ops").fetchone()[0])
+            rows.sort(key=lambda r: r[0])
+            if after <= floor:
+                self._floors[key] = rows[0][0] - 1 if rows else newest
+        return rows[:limit]
 
     def _inbox_message(self, r: Any, role: str, inst: str | None, now: int) -> InboxMessage:
         key = routing.instance_key(inst)
@@ -348,7 +367,7 @@ class Replica:
         role = check_name(channel, "channel", optional=True)
         after = 0 if since is None else check_count(since, "since")
         limit = check_count(limit, "limit", low=1, high=MAX_LIMIT)
-        self._catch_up()
+        self.catch_up()
         with self._store.read() as cur:
             rows = cur.execute(
                 "SELECT m.id, m.lseq, m.sender, m.sender_inst, m.channel, m.thread, m.content, m.hlc"
@@ -364,34 +383,43 @@ class Replica:
     def recent_senders(self, limit: int = MAX_LIMIT) -> list[SenderSeen]:
         """Every (role, instance) that has sent a message, most recently active first."""
         limit = check_count(limit, "limit", low=1, high=MAX_LIMIT)
-        self._catch_up()
+        self.catch_up()
         with self._store.read() as cur:
             rows = cur.execute("SELECT role, inst, hlc FROM senders ORDER BY hlc DESC LIMIT ?", (limit,)).fetchall()
         return [SenderSeen(r[0], r[1] or None, hlcmod.to_iso(r[2]), r[2]) for r in rows]
 
-    def _catch_up(self) -> None:
+    def catch_up(self, step: int = 5000) -> None:
         """Bring the search index and the senders table up to the newest message
-        (projections kept off the write path)."""
+        (projections kept off the write path), ``step`` ops per short transaction."""
+        while self.catch_up_step(step):
+            pass
+
+    def catch_up_step(self, step: int = 5000) -> bool:
+        """Index up to ``step`` more ops; True if more remain."""
         with self._store.read() as cur:
             upto = int(cur.execute("SELECT v FROM meta WHERE k = 'fts_upto'").fetchone()[0])
             newest = int(cur.execute("SELECT coalesce(max(lseq), 0) FROM ops").fetchone()[0])
         if newest <= upto:
-            return
+            return False
         with self._store.write() as cur:
-            upto = int(cur.execute("SELECT v FROM meta WHERE k = 'fts_upto'").fetchone()[0])
+            lo = int(cur.execute("SELECT v FROM meta WHERE k = 'fts_upto'").fetchone()[0])
+            hi = min(lo + step, int(cur.execute("SELECT coalesce(max(lseq), 0) FROM ops").fetchone()[0]))
             cur.execute(
                 "INSERT INTO message_fts(rowid, content, sender, channel)"
-                " SELECT lseq, content, sender, coalesce(channel, thread) FROM ops WHERE lseq > ? AND id IS NOT NULL",
-                (upto,),
+                " SELECT lseq, content, sender, coalesce(channel, thread) FROM ops"
+                " WHERE lseq > ? AND lseq <= ? AND id IS NOT NULL",
+                (lo, hi),
             )
             cur.execute(
                 "INSERT INTO senders(role, inst, hlc)"
-                " SELECT sender, coalesce(sender_inst, ''), max(hlc) FROM ops WHERE lseq > ? AND id IS NOT NULL"
+                " SELECT sender, coalesce(sender_inst, ''), max(hlc) FROM ops"
+                " WHERE lseq > ? AND lseq <= ? AND id IS NOT NULL"
                 " GROUP BY sender, coalesce(sender_inst, '')"
                 " ON CONFLICT(role, inst) DO UPDATE SET hlc = max(hlc, excluded.hlc)",
-                (upto,),
+                (lo, hi),
             )
-            cur.execute("UPDATE meta SET v = (SELECT coalesce(max(lseq), 0) FROM ops) WHERE k = 'fts_upto'")
+            cur.execute("UPDATE meta SET v = ? WHERE k = 'fts_upto'", (hi,))
+        return hi < newest
 
     # -- profiles ------------------------------------------------------------------
 

@@ -186,3 +186,32 @@ def test_recent_senders_tracks_each_instance(mem: Replica) -> None:
     mem.send_message("alpha", "beta", "3", from_instance_id="a1")
     seen = mem.recent_senders()
     assert [(s.role, s.instance) for s in seen] == [("alpha", "a1"), ("gamma", None)]
+
+
+def test_inbox_after_many_read_messages_still_sees_new_and_late_ones() -> None:
+    """After a long read history, new messages, late arrivals from a peer and unread older
+    ones are all still returned (the read-history floor never hides anything)."""
+    r, peer = Replica.open(), Replica.open()
+    for i in range(30):
+        r.send_message("a", "b", f"old{i}")
+    keep = r.check_messages("b", limit=5).messages  # delivered, left unread
+    rest = r.check_messages("b", since=keep[-1].seq, limit=100).messages
+    r.mark_as_read([m.receipt_id for m in rest])
+    assert [m.content for m in r.check_messages("b", limit=100).messages] == [f"old{i}" for i in range(5)]
+    r.mark_as_read([m.receipt_id for m in keep])
+    assert r.check_messages("b").messages == []
+    peer.send_message("c", "b", "late from peer")
+    r.send_message("a", "b, x", "new multi")
+    r.send_message("a", "broadcast", "new broadcast")
+    pull(r, peer)
+    got = [m.content for m in r.check_messages("b").messages]
+    assert sorted(got) == ["late from peer", "new broadcast", "new multi"]
+
+
+def test_search_index_catches_up_in_steps(mem: Replica) -> None:
+    """The search index is built in bounded steps and a search always sees every message."""
+    for i in range(25):
+        mem.send_message("a", "b", f"needle {i}")
+    assert mem.catch_up_step(10) is True
+    assert len(mem.search_messages("needle", limit=100)) == 25
+    assert mem.catch_up_step(10) is False

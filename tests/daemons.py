@@ -1,0 +1,578 @@
+"""A harness for integration tests that run real ``peerd`` daemons as separate processes.
+
+Usage::
+
+    fleet = Fleet(tmp_path)                      # or the ``fleet`` fixture
+    a, b, c = fleet.add("a"), fleet.add("b"), fleet.add("c")
+    fleet.mesh()                                 # seed every daemon with every other one
+    fleet.start()                                # `peerd init` + `peerd run`, in parallel
+    sent = a.send("alice", "bob", "hi")
+    wait_until(lambda: c.has_message(sent["id"]), 10, "the message on c")
+    b.kill(); b.restart()                        # same home, same peer port
+    fleet.wait_converged()
+
+Invariants:
+- Every daemon of a ``Fleet`` shares one fleet key unless given another, and
+  gets its peer port up front (a free port found now, or an explicit one), so a
+  restarted daemon keeps its address and seeds stay valid.
+- A daemon counts as ready only once its home holds a ``daemon.json`` naming the
+  pid of the process we started (a stale file left by ``kill -9`` never counts).
+- Every process a fleet starts is stopped by ``Fleet.close`` (SIGTERM, then
+  SIGKILL), which fixtures run whatever the test's outcome.
+- Each daemon's output goes to its own log file, kept across restarts; a failed
+  test gets the tail of every open fleet's logs as a report section (test
+  modules enable this with ``pytest_plugins = ["tests.daemons"]``; they import this
+  module first, so pytest is told not to rewrite it: PYTEST_DONT_REWRITE).
+- A daemon in a network namespace is reached through a relay process started in
+  that namespace, since its local API listens on the namespace's 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import pytest
+
+from peerd.config import encode_fleet_key, new_fleet_key
+
+__all__ = [
+    "PEERD",
+    "ApiError",
+    "Daemon",
+    "DaemonFailed",
+    "Fleet",
+    "NamespaceRelay",
+    "free_ports",
+    "integrity_check",
+    "message_ids",
+    "post_raw",
+    "read_only",
+    "wait_converged",
+    "wait_until",
+]
+
+PEERD = Path(sys.executable).parent / "peerd"
+READY_TIMEOUT = 30.0
+STOP_TIMEOUT = 10.0
+API_TIMEOUT = 30.0
+LOG_TAIL_LINES = 80
+
+T = TypeVar("T")
+# Loopback and namespace traffic must never go through a proxy named in the environment.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class ApiError(Exception):
+    """The local API answered with an error status."""
+
+    def __init__(self, status: int, body: Any, what: str) -> None:
+        super().__init__(f"{what}: HTTP {status}: {body!r}")
+        self.status = status
+        self.body = body
+
+
+class DaemonFailed(Exception):
+    """A daemon did not start, or did not stop, as it should."""
+
+
+# -- small helpers ---------------------------------------------------------------------------
+
+
+def wait_until(pred: Callable[[], T | None], timeout: float, what: str = "condition", interval: float = 0.04) -> T:
+    """Poll ``pred`` until it returns something truthy; return it, or fail after ``timeout`` s.
+
+    Connection errors and API errors count as "not yet" (a daemon may be restarting);
+    the last value or error is named in the failure.
+    """
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            value = pred()
+            if value:
+                return value
+            last = value
+        except (OSError, ApiError) as exc:
+            last = exc
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last: {last!r}")
+        time.sleep(interval)
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct TCP ports free right now (held open together so none repeats)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(n)]
+        for s in socks:
+            s.bind((host, 0))
+        return [int(s.getsockname()[1]) for s in socks]
+
+
+def post_raw(url: str, body: bytes, timeout: float = API_TIMEOUT) -> tuple[int, bytes]:
+    """POST raw bytes (a peer request) and return (status, body), error statuses included."""
+    req = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/octet-stream"})
+    try:
+        with _OPENER.open(req, timeout=timeout) as resp:
+            return int(resp.status), resp.read()
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return int(exc.code), exc.read()
+
+
+@contextlib.contextmanager
+def read_only(db: Path) -> Iterator[sqlite3.Connection]:
+    """A read-only SQLite connection to a replica file (works while a daemon writes it)."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def integrity_check(db: Path) -> str:
+    """``PRAGMA integrity_check`` of a replica file, opened read-only."""
+    with read_only(db) as conn:
+        return "\n".join(str(row[0]) for row in conn.execute("PRAGMA integrity_check"))
+
+
+def message_ids(db: Path) -> set[str]:
+    """Ids of every message a replica file holds, read directly (read-only)."""
+    with read_only(db) as conn:
+        return {str(row[0]) for row in conn.execute("SELECT id FROM messages")}
+
+
+# -- talking to the local API -----------------------------------------------------------------
+
+
+class Transport(Protocol):
+    def __call__(self, method: str, url: str, body: bytes | None, timeout: float) -> tuple[int, bytes]: ...
+
+
+def direct_transport(method: str, url: str, body: bytes | None, timeout: float) -> tuple[int, bytes]:
+    """HTTP from this process (the daemon's local API is on our 127.0.0.1)."""
+    req = urllib.request.Request(url, data=body, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with _OPENER.open(req, timeout=timeout) as resp:
+            return int(resp.status), resp.read()
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return int(exc.code), exc.read()
+
+
+_RELAY_CODE = r"""
+import json, sys, urllib.error, urllib.request
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+for line in sys.stdin:
+    q = json.loads(line)
+    body = None if q["body"] is None else q["body"].encode("latin-1")
+    req = urllib.request.Request(q["url"], data=body, method=q["method"],
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with opener.open(req, timeout=q["timeout"]) as resp:
+            out = {"status": resp.status, "body": resp.read().decode("latin-1")}
+    except urllib.error.HTTPError as exc:
+        out = {"status": exc.code, "body": exc.read().decode("latin-1")}
+    except OSError as exc:
+        out = {"error": f"{type(exc).__name__}: {exc}"}
+    sys.stdout.write(json.dumps(out) + "\n")
+    sys.stdout.flush()
+"""
+
+
+class NamespaceRelay:
+    """A small process inside a network namespace that makes HTTP calls for us (JSON lines)."""
+
+    def __init__(self, exec_prefix: Sequence[str]) -> None:
+        self.proc = subprocess.Popen(
+            [*exec_prefix, sys.executable, "-u", "-c", _RELAY_CODE],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+        )
+        self._lock = threading.Lock()
+
+    def __call__(self, method: str, url: str, body: bytes | None, timeout: float) -> tuple[int, bytes]:
+        q = {"method": method, "url": url, "timeout": timeout, "body": None if body is None else body.decode("latin-1")}
+        with self._lock:
+            assert self.proc.stdin is not None and self.proc.stdout is not None
+            if self.proc.poll() is not None:
+                raise ConnectionError("the namespace relay has exited")
+            self.proc.stdin.write(json.dumps(q) + "\n")
+            line = self.proc.stdout.readline()
+        if not line:
+            raise ConnectionError("the namespace relay closed its output")
+        out = json.loads(line)
+        if "error" in out:
+            raise ConnectionError(out["error"])
+        return int(out["status"]), str(out["body"]).encode("latin-1")
+
+    def close(self) -> None:
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# -- one daemon --------------------------------------------------------------------------------
+
+
+class Daemon:
+    """One ``peerd`` daemon: its home, its process, its log and a client for its local API."""
+
+    def __init__(
+        self,
+        name: str,
+        home: Path,
+        port: int,
+        fleet_key: str,
+        *,
+        host: str = "127.0.0.1",
+        bind: str | None = None,
+        exec_prefix: Sequence[str] = (),
+        transport: Transport = direct_transport,
+        log_level: str = "info",
+    ) -> None:
+        self.name = name
+        self.home = home
+        self.port = port
+        self.fleet_key = fleet_key
+        self.host = host
+        self.bind = bind or host
+        self.exec_prefix = list(exec_prefix)
+        self.transport = transport
+        self.log_level = log_level
+        self.seeds: list[str] = []
+        self.log_path = home.with_name(f"{name}.log")
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.info: dict[str, Any] = {}
+        self.initialised = False
+
+    def __repr__(self) -> str:
+        return f"Daemon({self.name!r}, {self.addr})"
+
+    # -- identity and files -----------------------------------------------------------------
+
+    @property
+    def addr(self) -> str:
+        """``host:port`` of the peer port, as other daemons are seeded with it."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://{self.addr}/v1"
+
+    @property
+    def db(self) -> Path:
+        return self.home / "replica.db"
+
+    @property
+    def node_id(self) -> str:
+        return str(self.info["node_id"])
+
+    @property
+    def short_id(self) -> str:
+        """The 16-hex-digit node id prefix that peer tables show."""
+        return self.node_id[:16]
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def init_argv(self) -> list[str]:
+        return [str(PEERD), "init", "--home", str(self.home), "--name", self.name, "--fleet-key", self.fleet_key,
+                "--json"]
+
+    def run_argv(self) -> list[str]:
+        argv = [*self.exec_prefix, str(PEERD), "run", "--home", str(self.home), "--port", str(self.port),
+                "--local-port", "0", "--no-mdns", "--bind", self.bind, "--advertise", self.host,
+                "--log-level", self.log_level]
+        for seed in self.seeds:
+            argv += ["--seed", seed]
+        return argv
+
+    def spawn(self) -> None:
+        """Start ``peerd run`` (without waiting for it to be ready)."""
+        if self.running:
+            raise DaemonFailed(f"{self.name} is already running")
+        with self.log_path.open("ab") as log:
+            log.write(f"---- harness: starting {self.name} at {time.strftime('%H:%M:%S')}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(self.run_argv(), stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL)
+        self.info = {}
+
+    def _read_info(self) -> dict[str, Any] | None:
+        try:
+            info = json.loads((self.home / "daemon.json").read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return info if isinstance(info, dict) else None
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> dict[str, Any]:
+        """Wait until our process has written daemon.json; fail with its log otherwise."""
+        assert self.proc is not None, "spawn first"
+        deadline = time.monotonic() + timeout
+        while True:
+            info = self._read_info()
+            if info is not None and info.get("pid") == self.proc.pid:
+                self.info = info
+                return info
+            code = self.proc.poll()
+            if code is not None:
+                raise DaemonFailed(f"{self.name} exited with code {code} before it was ready; log:\n{self.log_tail()}")
+            if time.monotonic() >= deadline:
+                raise DaemonFailed(f"{self.name} not ready after {timeout:.0f} s; log:\n{self.log_tail()}")
+            time.sleep(0.03)
+
+    def start(self, timeout: float = READY_TIMEOUT) -> dict[str, Any]:
+        self.spawn()
+        return self.wait_ready(timeout)
+
+    restart = start
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> int:
+        """SIGTERM and wait; returns the exit code (fails if the daemon does not stop in time)."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise DaemonFailed(f"{self.name} did not stop within {timeout} s of SIGTERM; log:\n"
+                                   f"{self.log_tail()}") from None
+        return int(self.proc.returncode)
+
+    def kill(self) -> None:
+        """``kill -9``: no chance to clean up (daemon.json stays behind)."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    # -- the local API ------------------------------------------------------------------------
+
+    def call(self, method: str, path: str, body: Any = None, timeout: float = API_TIMEOUT) -> tuple[int, Any]:
+        """One local API call: (status, decoded JSON body)."""
+        if not self.info:
+            raise ConnectionError(f"{self.name} is not running")
+        data = None if body is None else json.dumps(body).encode()
+        status, raw = self.transport(method, f"{self.info['local_url']}{path}", data, timeout)
+        try:
+            decoded = json.loads(raw) if raw else None
+        except ValueError:
+            decoded = raw.decode(errors="replace")
+        return status, decoded
+
+    def api(self, method: str, path: str, body: Any = None, timeout: float = API_TIMEOUT) -> Any:
+        """A local API call that must succeed (2xx); raises ApiError otherwise."""
+        status, data = self.call(method, path, body, timeout)
+        if not 200 <= status < 300:
+            raise ApiError(status, data, f"{self.name} {method} {path}")
+        return data
+
+    def status(self) -> dict[str, Any]:
+        return dict(self.api("GET", "/api/status"))
+
+    def peers(self) -> list[dict[str, Any]]:
+        return list(self.api("GET", "/api/peers"))
+
+    def digest(self) -> str:
+        return str(self.api("GET", "/api/digest")["digest"])
+
+    def send(self, sender: str, channel: str, content: str, **extra: Any) -> dict[str, Any]:
+        return dict(self.api("POST", "/api/send", {"from": sender, "channel": channel, "content": content, **extra}))
+
+    def check(self, recipient: str, instance: str | None = None, **extra: Any) -> dict[str, Any]:
+        body = {"recipient": recipient, "recipientInstanceId": instance, **extra}
+        return dict(self.api("POST", "/api/check", body))
+
+    def mark_read(self, receipt_ids: Sequence[str]) -> int:
+        return int(self.api("POST", "/api/read", {"receiptIds": list(receipt_ids)})["marked"])
+
+    def message_status(self, message_id: str) -> list[dict[str, Any]]:
+        return list(self.api("GET", f"/api/messages/{message_id}/status"))
+
+    def has_message(self, message_id: str) -> bool:
+        status, _ = self.call("GET", f"/api/messages/{message_id}/status")
+        return status == 200
+
+    def profiles(self) -> list[dict[str, Any]]:
+        return list(self.api("GET", "/api/profiles"))
+
+    def update_profile(self, orchestrator_id: str, **fields: str) -> dict[str, Any]:
+        return dict(self.api("POST", "/api/profiles", {"orchestratorId": orchestrator_id, **fields}))
+
+    def peer(self, other: Daemon) -> dict[str, Any] | None:
+        """This daemon's peer-table row for ``other`` (by node id), if any."""
+        for row in self.peers():
+            if row["node_id"] == other.short_id:
+                return dict(row)
+        return None
+
+
+def wait_converged(daemons: Sequence[Daemon], timeout: float = 30.0) -> str:
+    """Wait until all ``daemons`` report the same state digest (/api/digest); return it."""
+
+    def same() -> str | None:
+        digests = {d.digest() for d in daemons}
+        return digests.pop() if len(digests) == 1 else None
+
+    return wait_until(same, timeout, f"equal digests on {[d.name for d in daemons]}", interval=0.1)
+
+
+# -- a fleet of daemons ---------------------------------------------------------------------------
+
+_OPEN_FLEETS: list[Fleet] = []
+_JUST_CLOSED: list[Fleet] = []  # closed during the current test (e.g. by a failing fixture)
+
+
+class Fleet:
+    """Daemons sharing a fleet key, started and stopped together; see the module docstring."""
+
+    def __init__(self, root: Path, fleet_key: str | None = None) -> None:
+        self.root = root
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.key = fleet_key or encode_fleet_key(new_fleet_key())
+        self.daemons: list[Daemon] = []
+        self.relays: list[NamespaceRelay] = []
+        _OPEN_FLEETS.append(self)
+
+    def __getitem__(self, name: str) -> Daemon:
+        return next(d for d in self.daemons if d.name == name)
+
+    def add(
+        self,
+        name: str,
+        *,
+        port: int | None = None,
+        fleet_key: str | None = None,
+        host: str = "127.0.0.1",
+        seeds: Iterable[Daemon] = (),
+        **options: Any,
+    ) -> Daemon:
+        """A new daemon (not started) with its own home; its peer port is fixed now."""
+        port = port if port is not None else free_ports(1, host)[0]
+        daemon = Daemon(name, self.root / name, port, fleet_key or self.key, host=host, **options)
+        daemon.seeds = [s.addr for s in seeds]
+        self.daemons.append(daemon)
+        return daemon
+
+    def mesh(self, daemons: Sequence[Daemon] | None = None) -> None:
+        """Seed every daemon with every other one's address."""
+        group = list(daemons or self.daemons)
+        for d in group:
+            d.seeds = [o.addr for o in group if o is not d]
+
+    def relay(self, exec_prefix: Sequence[str]) -> NamespaceRelay:
+        """A relay for local API calls inside a namespace; closed with the fleet."""
+        relay = NamespaceRelay(exec_prefix)
+        self.relays.append(relay)
+        return relay
+
+    def init(self, daemons: Sequence[Daemon]) -> None:
+        """``peerd init`` every daemon not yet initialised, in parallel."""
+        todo = [d for d in daemons if not d.initialised]
+        procs = [(d, subprocess.Popen(d.init_argv(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+                 for d in todo]
+        for d, proc in procs:
+            out, _ = proc.communicate(timeout=60)
+            if proc.returncode != 0:
+                raise DaemonFailed(f"peerd init of {d.name} failed ({proc.returncode}): {out.decode(errors='replace')}")
+            d.initialised = True
+
+    def start(self, *daemons: Daemon, timeout: float = READY_TIMEOUT) -> None:
+        """Initialise and start the given daemons (default: all not running) in parallel."""
+        group = list(daemons) or [d for d in self.daemons if not d.running]
+        self.init(group)
+        for d in group:
+            d.spawn()
+        for d in group:
+            d.wait_ready(timeout)
+
+    def running(self) -> list[Daemon]:
+        return [d for d in self.daemons if d.running and d.info]
+
+    def wait_converged(self, daemons: Sequence[Daemon] | None = None, timeout: float = 30.0) -> str:
+        """Wait until every daemon (default: all running) reports the same state digest."""
+        return wait_converged(daemons or self.running(), timeout)
+
+    def logs(self, lines: int = LOG_TAIL_LINES) -> str:
+        return "\n".join(f"==== {d.name} ({d.log_path})\n{d.log_tail(lines)}" for d in self.daemons)
+
+    def close(self) -> None:
+        """Stop every daemon (SIGTERM, then SIGKILL) and every relay; safe to call twice."""
+        live = [d for d in self.daemons if d.proc is not None and d.proc.poll() is None]
+        for d in live:
+            assert d.proc is not None
+            with contextlib.suppress(ProcessLookupError):
+                d.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT
+        for d in live:
+            assert d.proc is not None
+            try:
+                d.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                d.proc.kill()
+                d.proc.wait()
+        for relay in self.relays:
+            relay.close()
+        self.relays.clear()
+        if self in _OPEN_FLEETS:
+            _OPEN_FLEETS.remove(self)
+            _JUST_CLOSED.append(self)
+
+
+# -- pytest integration ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Fleet]:
+    """An empty fleet in the test's tmp folder; every daemon is stopped afterwards, pass or fail."""
+    f = Fleet(tmp_path / "fleet")
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Attach the logs of every open fleet to a failed test's report."""
+    report = yield
+    fleets = _OPEN_FLEETS + _JUST_CLOSED
+    if report.failed and fleets:
+        report.sections.append((f"peerd daemon logs ({call.when})", "\n".join(f.logs() for f in fleets)))
+    if call.when == "teardown":
+        _JUST_CLOSED.clear()
+    return report
