@@ -101,6 +101,16 @@ class MessageStatusArgs(Args):
     message_id: str = Field(alias="messageId", description="A message id returned by send_message.")
 
 
+class SearchMessagesArgs(Args):
+    query: str = Field(description="Words to look for; every word must match (case-insensitive, no operators).")
+    sender: str | None = Field(None, alias="from", description="Only messages from this role.")
+    channel: str | None = Field(
+        None, description="Only messages addressed to this role (broadcasts and role lists included)."
+    )
+    since: int | None = Field(None, ge=0, description="Only messages after this cursor (a message 'seq').")
+    limit: int = Field(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="Most messages to return.")
+
+
 # -- agents and threads ------------------------------------------------------------------
 
 
@@ -228,6 +238,22 @@ class RecipientOut(Camel):
 class StatusOut(Camel):
     message_id: str
     recipients: list[RecipientOut]
+
+
+class SearchHitOut(Camel):
+    id: str
+    sender: str = Field(description="Sender role (for a thread message, the agent's name).")
+    sender_instance_id: str | None
+    channel: str | None = Field(description="The channel it was sent to; null for a thread message.")
+    thread_id: str | None
+    content: str
+    created: str
+    seq: int = Field(description="Position in this node's arrival order; usable as 'since'.")
+
+
+class SearchOut(Camel):
+    query: str
+    hits: list[SearchHitOut] = Field(description="Best match first.")
 
 
 class WhoamiOut(Camel):

@@ -233,6 +233,22 @@ async def message_status(call: Call, a: s.MessageStatusArgs) -> s.StatusOut:
     return s.StatusOut(message_id=a.message_id.strip(), recipients=recipients)
 
 
+def _search(r: Replica, a: s.SearchMessagesArgs) -> s.SearchOut:
+    hits = r.search_messages(a.query, from_=a.sender, channel=a.channel, since=a.since, limit=a.limit)
+    names = _names(r, [h.sender for h in hits if h.thread is not None])
+    items = [
+        s.SearchHitOut(id=h.id, sender=names.get(h.sender, h.sender) if h.thread is not None else h.sender,
+                       sender_instance_id=h.sender_instance, channel=h.channel, thread_id=h.thread,
+                       content=h.content, created=h.created, seq=h.seq)
+        for h in hits
+    ]
+    return s.SearchOut(query=a.query, hits=items)
+
+
+async def search_messages(call: Call, a: s.SearchMessagesArgs) -> s.SearchOut:
+    return await call.run(_search, a)
+
+
 def merge_peers(profiles: Sequence[s.ProfileOut], presence: Sequence[Presence], now: datetime) -> list[s.PeerOut]:
     """Profiles give every role seen; the daemon's presence adds instances and liveness."""
     peers: dict[tuple[str, str | None], s.PeerOut] = {}
@@ -459,6 +475,9 @@ TOOLS: tuple[ToolSpec[Any, Any], ...] = (
              s.GetProfileArgs, s.ProfileOut, get_profile, _READ),
     ToolSpec("message_status", "Show, for each recipient of a message, whether it is pending, delivered "
              "or read.", s.MessageStatusArgs, s.StatusOut, message_status, _READ),
+    ToolSpec("search_messages", "Full-text search over every message this node holds (all words must match), "
+             "best match first; filter by sender, channel or cursor.", s.SearchMessagesArgs, s.SearchOut,
+             search_messages, _READ),
     ToolSpec("whoami", "Show this node's id, its fleet id and the role and instance this session is "
              "bound to.", s.NoArgs, s.WhoamiOut, whoami, _READ),
     ToolSpec("create_agent", "Register a named agent for threads; returns its agent_id.",

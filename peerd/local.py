@@ -145,7 +145,8 @@ class LocalServer:
                 " (is another peerd running? pick another port with --local-port, or 0 for any free one)"
             ) from None
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self.app, log_level="warning", lifespan="on", access_log=False)
+        config = uvicorn.Config(self.app, log_level="warning", lifespan="on", access_log=False,
+                                timeout_graceful_shutdown=2)
         self._server = _Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
         while not self._server.started:

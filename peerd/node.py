@@ -262,6 +262,7 @@ class Node:
         except RemoteError as exc:
             return self._error(400, request, exc)
         reply["n"] = self.me
+        reply["c"] = time.time_ns() // 1_000_000  # our wall clock, for clock-skew checks (peerd doctor)
         return self._sealed(reply)
 
     def _sealed(self, reply: Msg, status: int = 200) -> web.Response:

@@ -26,7 +26,7 @@ from replica import InvalidArgument, NotFound, Replica, StoreError, open_home
 TOOL_NAMES = {
     "send_message", "check_messages", "mark_as_read", "list_peers", "update_profile", "get_profile",
     "message_status", "whoami", "create_agent", "delete_account", "create_thread", "join_thread",
-    "leave_thread", "thread_info", "thread_status", "append", "poll", "has_unread", "mark_read",
+    "leave_thread", "thread_info", "thread_status", "append", "poll", "has_unread", "mark_read", "search_messages",
 }
 
 

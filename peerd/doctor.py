@@ -1,0 +1,545 @@
+"""``peerd doctor``: check one node's setup and say what to fix.
+
+Checks, in order: the home folder, ``config.toml``, the node key, the replica
+file, the daemon (``daemon.json``, its process, its local API), the peer and
+local ports, mDNS, every seed and every peer the daemon knows (reachable, same
+fleet), and each answering peer's clock against ours.
+
+Invariants:
+* Doctor changes nothing: the replica is opened read-only, test sockets are
+  bound only for a moment, and a peer is probed with a sealed ``peers``
+  request that names no address of ours, so the peer records nothing.
+* Every finding is ``ok``, ``warn``, ``fail`` or ``skip``; every ``fail``
+  and ``warn`` carries a fix. A check that cannot run because an earlier one
+  failed is a ``skip`` saying why, not a second failure.
+* Findings are plain values built by small functions; the I/O (files,
+  sockets, HTTP) sits in thin probes that translate every error into a finding.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import email.utils
+import errno
+import http.client
+import json
+import os
+import socket
+import sqlite3
+import stat
+import time
+import urllib.request
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from peerd import home as homes
+from peerd.config import Config, load_config, normalize_seed, parse_seed
+from peerd.errors import ConfigError, DaemonError, SealError
+from peerd.seal import open_sealed, seal
+from replica import identity
+
+OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
+MDNS_PORT = 5353
+CLOCK_OK_S = 2.0  # the Date header has whole seconds: anything under this is noise
+CLOCK_FAIL_S = 60.0  # the hybrid clocks cap a remote clock this far ahead (replica.hlc)
+MAX_PROBES = 64
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    status: str
+    subject: str
+    detail: str
+    fix: str | None = None
+
+
+@dataclass
+class Report:
+    home: str
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return any(f.status == FAIL for f in self.findings)
+
+    def counts(self) -> dict[str, int]:
+        return {s: sum(1 for f in self.findings if f.status == s) for s in (OK, WARN, FAIL, SKIP)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"home": self.home, "healthy": not self.failed, "counts": self.counts(),
+                "findings": [asdict(f) for f in self.findings]}
+
+
+def format_report(report: Report) -> str:
+    marks = {OK: "ok  ", WARN: "warn", FAIL: "FAIL", SKIP: "skip"}
+    width = max((len(f.check) for f in report.findings), default=8)
+    lines = [f"peerd doctor: {report.home}"]
+    for f in report.findings:
+        lines.append(f"  {marks[f.status]}  {f.check.ljust(width)}  {f.subject}: {f.detail}" if f.subject
+                     else f"  {marks[f.status]}  {f.check.ljust(width)}  {f.detail}")
+        if f.fix and f.status in (WARN, FAIL):
+            lines.append(f"        {' ' * width}  fix: {f.fix}")
+    c = report.counts()
+    lines.append(f"{c[OK]} ok, {c[WARN]} warning(s), {c[FAIL]} problem(s)"
+                 + (f", {c[SKIP]} skipped" if c[SKIP] else "")
+                 + ("" if report.failed else " - nothing needs fixing" if not c[WARN] else ""))
+    return "\n".join(lines)
+
+
+# -- files -------------------------------------------------------------------------------------
+
+
+def _loose(path: Path) -> bool:
+    """Group or others may read or write it (POSIX only)."""
+    return os.name == "posix" and bool(path.stat().st_mode & 0o077)
+
+
+def check_home(home: Path) -> Finding:
+    if not home.exists():
+        return Finding("home", FAIL, str(home), "no peerd home here", f"peerd init --home {home}")
+    if not home.is_dir():
+        return Finding("home", FAIL, str(home), "is not a folder", "point --home (or PEERD_HOME) at a folder")
+    if not os.access(home, os.W_OK | os.X_OK):
+        return Finding("home", FAIL, str(home), "this user cannot write to it",
+                       f"run peerd as the folder's owner, or fix ownership: chown -R $USER {home}")
+    if _loose(home):
+        return Finding("home", WARN, str(home), f"other users can look inside (mode {_mode(home)})",
+                       f"chmod 700 {home}")
+    return Finding("home", OK, str(home), f"private folder (mode {_mode(home)})")
+
+
+def _mode(path: Path) -> str:
+    return oct(stat.S_IMODE(path.stat().st_mode))[2:].rjust(4, "0")
+
+
+def check_config(home: Path) -> tuple[Finding, Config | None]:
+    path = homes.config_path(home)
+    if not path.exists():
+        fix = f"peerd init --home {home}  (or peerd join <invite>)"
+        return Finding("config", FAIL, str(path), "missing", fix), None
+    try:
+        cfg = load_config(path)
+    except ConfigError as exc:
+        detail = str(exc).removeprefix(f"{path}: ")
+        return Finding("config", FAIL, str(path), detail,
+                       "edit the file to fix the named key (or move it aside and run peerd init / peerd join)"), None
+    summary = (f"fleet {cfg.fleet_id}, name {cfg.name!r}, peer port {cfg.port}, local port {cfg.local_port}, "
+               f"mDNS {'on' if cfg.mdns else 'off'}, {len(cfg.seeds)} seed(s)")
+    if _loose(path):
+        return Finding("config", WARN, str(path), f"other users can read the fleet key (mode {_mode(path)}); "
+                       + summary, f"chmod 600 {path}"), cfg
+    return Finding("config", OK, str(path), summary), cfg
+
+
+def read_key(path: Path) -> tuple[str | None, str | None]:
+    """(node id, None) for a good key file, else (None, what is wrong with it)."""
+    try:
+        seed = bytes.fromhex(path.read_text(encoding="ascii").strip())
+    except (UnicodeDecodeError, ValueError):
+        return None, "is not a node key (expected 64 hex digits)"
+    except OSError as exc:
+        return None, f"cannot read: {exc.strerror}"
+    if len(seed) != identity.SEED_BYTES:
+        return None, f"holds {len(seed)} bytes, expected {identity.SEED_BYTES} (cut short or overwritten?)"
+    return identity.from_seed(seed).node_id, None
+
+
+def check_key(home: Path) -> tuple[Finding, str | None]:
+    path = homes.node_key_path(home)
+    restore = ("restore node.key from a backup of this home; if it is lost, move the home aside and run "
+               "peerd init (this machine then joins as a new node)")
+    if not path.exists():
+        if homes.replica_path(home).exists():
+            return Finding("node key", FAIL, str(path), "missing while the replica exists: the next start would "
+                           "make a new identity for this replica", restore), None
+        return Finding("node key", WARN, str(path), "not created yet", f"peerd init --home {home}"), None
+    node_id, problem = read_key(path)
+    if node_id is None:
+        return Finding("node key", FAIL, str(path), problem or "unreadable", restore), None
+    if _loose(path):
+        return Finding("node key", WARN, str(path), f"other users can read the private key (mode {_mode(path)})",
+                       f"chmod 600 {path}"), node_id
+    return Finding("node key", OK, str(path), f"node {node_id[:16]}"), node_id
+
+
+def check_replica(home: Path) -> Finding:
+    path = homes.replica_path(home)
+    if not path.exists():
+        return Finding("replica", WARN, str(path), "not created yet", f"peerd init --home {home}")
+    fix = ("stop the daemon and move the home aside; a fresh `peerd init` with the same fleet key "
+           "refills the replica from the peers")
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+        try:
+            result = str(conn.execute("PRAGMA quick_check").fetchone()[0])
+            messages = int(conn.execute("SELECT count(*) FROM messages").fetchone()[0])
+            ops = int(conn.execute("SELECT count(*) FROM ops").fetchone()[0])
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        return Finding("replica", FAIL, str(path), f"cannot be read as a replica: {exc}", fix)
+    if result != "ok":
+        return Finding("replica", FAIL, str(path), f"damaged: {result[:200]}", fix)
+    return Finding("replica", OK, str(path), f"intact; {messages:,} messages, {ops:,} ops")
+
+
+# -- the daemon and its ports --------------------------------------------------------------------
+
+
+def _pid_alive(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def fetch_status(local_url: str, timeout: float) -> dict[str, Any]:
+    with _OPENER.open(f"{local_url}/api/status", timeout=timeout) as resp:
+        data = json.loads(resp.read())
+    if not isinstance(data, dict):
+        raise ValueError("status is not a JSON object")
+    return data
+
+
+def check_daemon(home: Path, node_id: str | None, timeout: float) -> tuple[Finding, dict[str, Any] | None]:
+    start = f"peerd run --home {home}"
+    try:
+        info = homes.read_daemon_json(home)
+    except DaemonError as exc:
+        return Finding("daemon", FAIL, str(homes.daemon_json_path(home)), str(exc),
+                       f"delete it if no daemon runs, then {start}"), None
+    if info is None:
+        return Finding("daemon", WARN, "", "not running", start), None
+    pid = info.get("pid")
+    if not _pid_alive(pid):
+        return Finding("daemon", WARN, "", f"not running (daemon.json was left behind by pid {pid}, which is gone)",
+                       start), None
+    url = str(info.get("local_url", ""))
+    try:
+        st = fetch_status(url, timeout)
+    except (OSError, ValueError) as exc:
+        return Finding("daemon", FAIL, f"pid {pid}", f"runs, but its local API at {url} does not answer ({exc})",
+                       f"look at the daemon's log; stop it (kill {pid}) and start it again: {start}"), None
+    if node_id is not None and st.get("node_id") != node_id:
+        return Finding("daemon", FAIL, f"pid {pid}", f"runs as node {str(st.get('node_id'))[:16]}, but node.key "
+                       f"is node {node_id[:16]}", f"restart it so it loads the current key: {start}"), st
+    live = sum(1 for p in st.get("peers", []) if p.get("reachable"))
+    return Finding("daemon", OK, f"pid {pid}", f"up {st.get('uptime', 0):.0f} s, local API {url}, "
+                   f"{live} of {len(st.get('peers', []))} peers live"), st
+
+
+def port_free(host: str, port: int) -> str | None:
+    """None if a listener could bind ``host:port`` now, else why not."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+            s.listen(1)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return "in use by another program"
+            if exc.errno == errno.EACCES:
+                return "needs privileges this user lacks (ports below 1024)"
+            return exc.strerror or str(exc)
+    return None
+
+
+def check_ports(cfg: Config, status: dict[str, Any] | None, own: Probe | None) -> list[Finding]:
+    if status is not None:
+        out = [Finding("local port", OK, f"127.0.0.1:{status.get('local_port', '?')}", "the daemon answers here")]
+        if own is None or not own.ok:
+            why = own.detail if own is not None else "not probed"
+            out.append(Finding("peer port", FAIL, f"port {status.get('peer_port')}",
+                               f"the daemon's peer port does not answer on this machine: {why}",
+                               "look at the daemon's log; check that no firewall blocks the port"))
+        else:
+            out.append(Finding("peer port", OK, f"port {status.get('peer_port')}", "answers sealed requests"))
+        return out
+    out = []
+    for check, host, port, flag, key in (("peer port", "0.0.0.0", cfg.port, "--port", "port"),
+                                         ("local port", "127.0.0.1", cfg.local_port, "--local-port", "local_port")):
+        if port == 0:
+            out.append(Finding(check, OK, "port 0", "the daemon picks a free port when it starts"))
+            continue
+        busy = port_free(host, port)
+        if busy is None:
+            out.append(Finding(check, OK, f"port {port}", "free for the daemon"))
+        else:
+            out.append(Finding(check, FAIL, f"port {port}", busy,
+                               f"stop the program holding it (`ss -ltnp 'sport = :{port}'` names it), or pick "
+                               f"another port: {key} = ... in config.toml, or {flag} N (0 = any free port)"))
+    return out
+
+
+# -- mDNS ----------------------------------------------------------------------------------------------
+
+
+def lan_addresses() -> list[str]:
+    """IPv4 addresses of this machine other than loopback."""
+    import ifaddr  # noqa: PLC0415 - only this check needs it
+
+    out: list[str] = []
+    for adapter in ifaddr.get_adapters():
+        for ip in adapter.ips:
+            if isinstance(ip.ip, str) and not ip.ip.startswith("127."):
+                out.append(ip.ip)
+    return out
+
+
+def mdns_port_problem() -> str | None:
+    """None if a shared UDP socket on port 5353 can be opened (as zeroconf does)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if hasattr(socket, "SO_REUSEPORT"):
+            with contextlib.suppress(OSError):
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        try:
+            s.bind(("", MDNS_PORT))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
+
+
+def check_mdns(cfg: Config, status: dict[str, Any] | None, addresses: Sequence[str],
+               port_problem: str | None) -> Finding:
+    if not cfg.mdns:
+        if not cfg.seeds:
+            return Finding("mdns", WARN, "", "off, and there are no seeds: this node finds no peers by itself "
+                           "(peers that know it can still reach it)",
+                           "add seeds = [\"host:port\"] to config.toml or pass --seed HOST:PORT, or set mdns = true")
+        return Finding("mdns", OK, "", "off; peers come from the seed list")
+    if not addresses:
+        return Finding("mdns", WARN, "", "no network interface besides loopback: mDNS cannot find anybody",
+                       "connect this machine to a network, or list peers as seeds")
+    if port_problem is not None:
+        return Finding("mdns", WARN, f"udp {MDNS_PORT}", f"cannot be opened ({port_problem}): another mDNS "
+                       "responder holds it without sharing", "stop that responder, or set mdns = false and use seeds")
+    found = [p for p in (status or {}).get("peers", []) if p.get("found_by") == "mdns"]
+    seen = f"; {len(found)} peer(s) found by mDNS" if status is not None else ""
+    return Finding("mdns", OK, "", f"on, on {', '.join(addresses[:4])}{seen}")
+
+
+# -- probing peers --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What one sealed request to a peer port showed."""
+
+    address: str
+    kind: str  # ok, self, unresolvable, refused, timeout, unreachable, wrong-fleet, not-peerd
+    detail: str
+    node: str | None = None  # short node id (hex) of whoever answered
+    rtt: float | None = None
+    skew: float | None = None  # their clock minus ours, seconds
+
+    @property
+    def ok(self) -> bool:
+        return self.kind in ("ok", "self")
+
+
+def _request() -> bytes:
+    return msgpack.packb({"t": "peers", "k": []}, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def clock_skew(date_header: str | None, sent: float, received: float, reply_ms: object = None) -> float | None:
+    """Their clock minus ours: from a millisecond clock in the reply when the peer sends one,
+    else from the HTTP Date header (whole seconds, so +-1 s)."""
+    mid = (sent + received) / 2
+    if isinstance(reply_ms, int) and not isinstance(reply_ms, bool):
+        return reply_ms / 1000 - mid
+    if not date_header:
+        return None
+    try:
+        when = email.utils.parsedate_to_datetime(date_header).timestamp()
+    except (TypeError, ValueError):
+        return None
+    return when + 0.5 - mid  # the header truncates to the second
+
+
+def probe(address: str, fleet_key: bytes, timeout: float, me: str | None = None) -> Probe:
+    """One sealed ``peers`` request to ``address`` (host:port)."""
+    try:
+        host, port = parse_seed(address)
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except ConfigError as exc:
+        return Probe(address, "unresolvable", str(exc))
+    except OSError as exc:
+        return Probe(address, "unresolvable", f"cannot resolve it: {exc.strerror or exc}")
+    sent = time.time()
+    answer = _post(host, port, seal(fleet_key, _request()), timeout)
+    if isinstance(answer, Probe):
+        return Probe(address, answer.kind, answer.detail)
+    status, date, data = answer
+    return _classify(address, status=status, date=date, data=data, key=fleet_key, sent=sent,
+                     received=time.time(), me=me)
+
+
+def _post(host: str, port: int, body: bytes, timeout: float) -> tuple[int, str | None, bytes] | Probe:
+    """POST /v1: (status, Date header, body), or a Probe saying why there was no answer."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("POST", "/v1", body=body, headers={"Content-Type": "application/octet-stream"})
+        resp = conn.getresponse()
+        return resp.status, resp.getheader("Date"), resp.read()
+    except ConnectionRefusedError:
+        return Probe("", "refused", "connection refused: nothing listens there")
+    except TimeoutError:
+        return Probe("", "timeout", f"no answer within {timeout:g} s")
+    except (http.client.HTTPException, ConnectionError) as exc:
+        return Probe("", "not-peerd", f"answers, but not like a peerd peer port ({type(exc).__name__})")
+    except OSError as exc:
+        return Probe("", "unreachable", exc.strerror or str(exc))
+    finally:
+        conn.close()
+
+
+def _classify(address: str, *, status: int, date: str | None, data: bytes, key: bytes, sent: float,
+              received: float, me: str | None) -> Probe:
+    rtt = received - sent
+    if status == 403:
+        return Probe(address, "wrong-fleet", "refused our sealed request: it belongs to another fleet "
+                     "(different fleet key)", rtt=rtt, skew=clock_skew(date, sent, received))
+    try:
+        reply = msgpack.unpackb(open_sealed(key, data), raw=False, strict_map_key=False)
+    except SealError:
+        return Probe(address, "not-peerd", f"answers HTTP {status}, but not with a body sealed by our fleet key",
+                     rtt=rtt)
+    except Exception:  # msgpack raises many unrelated types on garbage
+        return Probe(address, "not-peerd", f"answers HTTP {status} with an unreadable body", rtt=rtt)
+    node = reply.get("n") if isinstance(reply, dict) else None
+    if status != 200 or not isinstance(node, bytes):
+        return Probe(address, "not-peerd", f"answers HTTP {status} without a peer reply", rtt=rtt)
+    skew = clock_skew(date, sent, received, reply.get("c"))
+    kind = "self" if me is not None and me.startswith(node.hex()) else "ok"
+    what = "this node itself" if kind == "self" else f"node {node.hex()}"
+    return Probe(address, kind, f"{what}, same fleet, {rtt * 1000:.0f} ms", node=node.hex(), rtt=rtt, skew=skew)
+
+
+_PROBE_FIX = {
+    "unresolvable": "check the host name (DNS or /etc/hosts), or use an IP address",
+    "refused": "start peerd there, or correct the port (the peer port, 7733 unless configured otherwise)",
+    "timeout": "the host may be down, or a firewall drops the port: allow TCP to it",
+    "unreachable": "check the network path to that host (routing, VPN, firewall)",
+    "wrong-fleet": "give both machines the same fleet key: `peerd invite` here, `peerd join <token>` there",
+    "not-peerd": "something other than peerd listens there: correct the address or port",
+}
+
+
+def seed_finding(p: Probe) -> Finding:
+    if p.kind == "self":
+        return Finding("seed", OK, p.address, "this node itself (harmless: it is skipped)")
+    if p.ok:
+        return Finding("seed", OK, p.address, p.detail)
+    return Finding("seed", FAIL, p.address, p.detail, _PROBE_FIX.get(p.kind))
+
+
+def peer_finding(p: Probe, row: dict[str, Any]) -> Finding:
+    view = f"found by {row.get('found_by')}, lag {row.get('lag') if row.get('lag') is not None else '?'}"
+    if p.ok:
+        return Finding("peer", OK, p.address, f"{p.detail}; {view}")
+    status = FAIL if p.kind == "wrong-fleet" else WARN
+    daemon = f"; the daemon's last error: {row['last_error']}" if row.get("last_error") else ""
+    return Finding("peer", status, p.address, f"{p.detail} ({view}){daemon}", _PROBE_FIX.get(p.kind))
+
+
+def clock_finding(p: Probe) -> Finding | None:
+    if p.skew is None or p.kind == "self":
+        return None
+    off = abs(p.skew)
+    direction = "ahead of" if p.skew > 0 else "behind"
+    text = f"about {off:.0f} s {direction} ours" if off >= 1 else "agrees with ours (within a second)"
+    fix = "turn on time sync (NTP) on the machine whose clock is off, e.g. `timedatectl set-ntp true`"
+    if off <= CLOCK_OK_S:
+        return Finding("clock", OK, p.address, text)
+    if off <= CLOCK_FAIL_S:
+        return Finding("clock", WARN, p.address, text + ": message times and last-writer-wins look skewed", fix)
+    return Finding("clock", FAIL, p.address, text + f": beyond the {CLOCK_FAIL_S:.0f} s the hybrid clocks accept; "
+                   "its messages get capped timestamps", fix)
+
+
+def probe_all(addresses: Iterable[str], key: bytes, timeout: float, me: str | None) -> dict[str, Probe]:
+    todo = list(dict.fromkeys(addresses))[:MAX_PROBES]
+    if not todo:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
+        results = pool.map(lambda a: probe(a, key, timeout, me), todo)
+        return dict(zip(todo, results, strict=True))
+
+
+def _canonical(address: str) -> str:
+    try:
+        return normalize_seed(address)
+    except ConfigError:
+        return address
+
+
+# -- the whole run ----------------------------------------------------------------------------------
+
+
+def in_force(cfg: Config, status: dict[str, Any] | None) -> Config:
+    """The config as the running daemon uses it (flags such as --no-mdns and --seed included)."""
+    live = (status or {}).get("settings")
+    if not isinstance(live, dict):
+        return cfg
+    seeds = live.get("seeds", cfg.seeds)
+    mdns = live.get("mdns", cfg.mdns)
+    try:
+        return dataclasses.replace(cfg, seeds=tuple(seeds), mdns=bool(mdns))
+    except (ConfigError, TypeError):
+        return cfg
+
+
+def run_checks(home: Path, *, timeout: float = 3.0) -> Report:
+    """Every check against ``home``; never raises for a broken setup (that is what it reports)."""
+    report = Report(str(home))
+    add = report.findings.append
+    add(check_home(home))
+    if report.failed:
+        add(Finding("config", SKIP, "", "no home to check"))
+        return report
+    cfg_finding, file_cfg = check_config(home)
+    add(cfg_finding)
+    key_finding, node_id = check_key(home)
+    add(key_finding)
+    add(check_replica(home))
+    daemon_finding, status = check_daemon(home, node_id, timeout)
+    add(daemon_finding)
+    if file_cfg is None:
+        add(Finding("network", SKIP, "", "ports, mDNS, seeds, peers and clocks need a readable config.toml"))
+        return report
+    cfg = in_force(file_cfg, status)
+    peers = [p for p in (status or {}).get("peers", []) if isinstance(p, dict) and "address" in p]
+    seeds = [_canonical(s) for s in cfg.seeds]
+    own = f"127.0.0.1:{status['peer_port']}" if status is not None and "peer_port" in status else None
+    addresses = [*seeds, *(p["address"] for p in peers), *([own] if own else [])]
+    probes = probe_all(addresses, cfg.fleet_key, timeout, node_id)
+    report.findings += check_ports(cfg, status, probes.get(own) if own else None)
+    add(check_mdns(cfg, status, lan_addresses() if cfg.mdns else [], mdns_port_problem() if cfg.mdns else None))
+    for s in seeds:
+        add(seed_finding(probes[s]) if s in probes else Finding("seed", SKIP, s, "too many addresses to probe"))
+    for row in peers:
+        addr = row["address"]
+        if addr not in seeds and addr != own and addr in probes:
+            add(peer_finding(probes[addr], row))
+    for addr, p in probes.items():
+        clock = clock_finding(p) if addr != own else None
+        if clock is not None:
+            add(clock)
+    if not seeds and not peers and status is not None:
+        add(Finding("peers", WARN, "", "the daemon knows no peers yet", "add a seed (--seed HOST:PORT) or check mDNS"))
+    return report
