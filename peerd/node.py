@@ -33,7 +33,7 @@ from discovery import DiscoverySource, MdnsSource, PeerCandidate, SeedError, See
 from peerd import protocol
 from peerd.config import DEFAULT_PORT, Config
 from peerd.errors import DaemonError, PeerError, SealError
-from peerd.peers import Peer, PeerTable
+from peerd.peers import FAIL_THRESHOLD, Peer, PeerTable
 from peerd.protocol import Msg, ProtocolError, RoundResult
 from peerd.seal import open_sealed, seal
 from replica import Replica, vector
@@ -202,16 +202,18 @@ class Node:
             peer.addresses = list(cand.addresses)
 
     async def stop(self) -> None:
-        for source in (self.mdns, self.seeds):
-            if source is not None:
-                with contextlib.suppress(Exception):  # goodbye is best effort on the way out
-                    await source.stop()
+        """Stop talking first, then say goodbye on mDNS: a request after the goodbye would
+        make peers think we are back."""
         self.rep.remove_listener(self._on_replica_change)
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._runner is not None:
             await self._runner.cleanup()
+        for source in (self.mdns, self.seeds):
+            if source is not None:
+                with contextlib.suppress(Exception):  # goodbye is best effort on the way out
+                    await source.stop()
         if self._session is not None:
             await self._session.close()
 
@@ -431,6 +433,7 @@ class Node:
                 self.spawn(self._round(peer, exchange=ticks % EXCHANGE_EVERY == 0))
             ticks += 1
             busy, self._activity = self._activity, False
+            busy = busy or any(0 < p.failures < FAIL_THRESHOLD for p in self.table.peers.values() if not p.gone)
             interval = self.cfg.gossip_interval if busy else min(interval * 1.5, self.cfg.gossip_max_interval)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), interval * random.uniform(0.8, 1.2))

@@ -18,6 +18,7 @@ FAIL_THRESHOLD = 3
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 30.0
 SOURCES = ("seed", "mdns", "exchange", "inbound")
+SOURCE_RANK = {"seed": 0, "mdns": 1, "exchange": 2, "inbound": 3}
 
 
 def backoff(failures: int, base: float = BACKOFF_BASE, cap: float = BACKOFF_CAP) -> float:
@@ -80,7 +81,9 @@ class PeerTable:
             return peer
         if node is not None:
             peer.node = node
-        if peer.gone and source != "exchange":
+        if SOURCE_RANK[source] < SOURCE_RANK.get(peer.source, len(SOURCE_RANK)):
+            peer.source = source  # report the most direct way we know the peer by
+        if peer.gone and source in ("mdns", "seed"):
             peer.gone = False
         return None
 
