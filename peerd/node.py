@@ -46,6 +46,7 @@ OUTBOX_LIMIT = 5000
 WATCH_INTERVAL = 0.05
 INDEX_EVERY = 2.0
 EXCHANGE_EVERY = 5
+MIN_ROUND_GAP = 0.1
 REQUEST_TIMEOUT = 15.0
 CONNECT_TIMEOUT = 3.0
 READ_TIMEOUT = 10.0
@@ -264,7 +265,8 @@ class Node:
         except RemoteError as exc:
             return self._error(400, request, exc)
         reply["n"] = self.me
-        reply["c"] = time.time_ns() // 1_000_000  # our wall clock, for clock-skew checks (peerd doctor)
+        if msg.get("t") == "peers":
+            reply["c"] = time.time_ns() // 1_000_000  # our wall clock, for clock-skew checks (peerd doctor)
         return self._sealed(reply)
 
     def _sealed(self, reply: Msg, status: int = 200) -> web.Response:
@@ -301,9 +303,12 @@ class Node:
     async def _on_push(self, msg: Msg, sender: bytes | None) -> Msg:
         reply, result = await asyncio.to_thread(protocol.handle_push, self.rep, msg)
         if result.new:
-            fresh = [msg["o"][i] for i in result.new_index]
-            self.counters["forwarded_ops"] += len(fresh)
-            self._push(fresh, exclude=sender)
+            self._activity = True
+            self._wake.set()  # others may lack it too: a round soon repairs whatever the flood missed
+            if not msg.get("r"):  # a fresh write floods on; ops a round pushed do not
+                fresh = [msg["o"][i] for i in result.new_index]
+                self.counters["forwarded_ops"] += len(fresh)
+                self._push(fresh, exclude=sender)
         return reply
 
     def _merge_peers(self, msg: Msg) -> None:
@@ -435,6 +440,7 @@ class Node:
             busy, self._activity = self._activity, False
             busy = busy or any(0 < p.failures < FAIL_THRESHOLD for p in self.table.peers.values() if not p.gone)
             interval = self.cfg.gossip_interval if busy else min(interval * 1.5, self.cfg.gossip_max_interval)
+            await asyncio.sleep(MIN_ROUND_GAP)  # wake-ups (pushes, new peers) start rounds at most this often
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), interval * random.uniform(0.8, 1.2))
                 interval = self.cfg.gossip_interval

@@ -2,11 +2,13 @@
 
 Message kinds (msgpack maps, key ``t``; the transport seals them):
 
-* ``sync``  A->B  ``{n: A short id, p: A peer port, d: digest(A vector), v?: A vector}``
-  reply ``{t: same}`` when the digests match, else ``{t: diff, v: B vector, pg?: page}``
-  (a page of what A lacks when A sent its vector).
+* ``sync``  A->B  ``{n: A short id, p: A peer port, v: A vector}`` when A knows at most
+  ``FULL_VECTOR_MAX`` origins, else ``{n, p, d: digest(A vector)}``; reply ``{t: same}`` when
+  the vectors (or digests) match, else ``{t: diff, v: B vector, pg?: page}`` (a page of what A
+  lacks when A sent its vector).
 * ``pull``  A->B  ``{w: {origin: A seq}}`` for the origins A lacks -> ``{t: page, o, r, m}``
-* ``push``  A->B  ``{o: [op, ...]}`` -> ``{t: ok, new: count}``
+* ``push``  A->B  ``{o: [op, ...], r?: 1}`` -> ``{t: ok, new: count}`` (``r``: sent by a round,
+  not a fresh write, so the receiver does not forward it)
 * ``peers`` A->B  ``{k: [peer, ...]}`` -> ``{t: peers, k: [peer, ...]}``
 
 Vectors and page ranges name origins by an 8-byte prefix of their key (ops
@@ -94,22 +96,30 @@ def _ranges(raw: Any) -> dict[bytes, tuple[int, int]]:
 
 # -- server side ---------------------------------------------------------------------
 
-def encode_page(page: Page) -> Msg:
+def encode_page(page: Page, *, implicit_when_complete: bool = False) -> Msg:
+    """A page on the wire. ``r`` states the seq range per origin it covers; a complete page
+    answering a sync (``m`` false) may leave it out: it then covers, for every origin, the
+    receiver's seq up to the ``v`` sent alongside it."""
+    if implicit_when_complete and not page.more:
+        return {"o": page.ops, "m": False}
     return {"o": page.ops, "r": {short(k): list(r) for k, r in page.ranges.items()}, "m": page.more}
 
 
 def handle_sync(rep: SyncReplica, msg: Msg, budget: int) -> Msg:
     ours = rep.vector()
-    digest = _need(msg, "d", bytes)
-    if digest == vec.digest(ours):
-        return {"t": "same"}
-    reply: Msg = {"t": "diff", "v": shorten(ours)}
-    if "v" in msg:
-        theirs = expand(_short_vector(msg["v"], "vector"), ours, default_ours=False)
-        page = rep.ops_missing(theirs, budget)
+    mine = shorten(ours)
+    if "v" in msg:  # small vectors come whole, with no digest
+        theirs_short = _short_vector(msg["v"], "vector")
+        if theirs_short == mine:
+            return {"t": "same"}
+        reply: Msg = {"t": "diff", "v": mine}
+        page = rep.ops_missing(expand(theirs_short, ours, default_ours=False), budget)
         if page.ops:
-            reply["pg"] = encode_page(page)
-    return reply
+            reply["pg"] = encode_page(page, implicit_when_complete=True)
+        return reply
+    if _need(msg, "d", bytes) == vec.digest(ours):
+        return {"t": "same"}
+    return {"t": "diff", "v": mine}
 
 
 def handle_pull(rep: SyncReplica, msg: Msg, budget: int) -> Msg:
@@ -135,9 +145,11 @@ class RoundResult:
 
 
 def sync_request(ours: Mapping[bytes, int], me: bytes, port: int) -> Msg:
-    msg: Msg = {"t": "sync", "n": short(me), "p": port, "d": vec.digest(ours)}
+    msg: Msg = {"t": "sync", "n": short(me), "p": port}
     if len(ours) <= FULL_VECTOR_MAX:
         msg["v"] = shorten(ours)
+    else:
+        msg["d"] = vec.digest(ours)
     return msg
 
 
@@ -193,7 +205,7 @@ def _push_missing(
         page = rep.ops_missing(theirs, budget)
         if not page.ops:
             return pushed, requests
-        reply = yield {"t": "push", "o": page.ops}
+        reply = yield {"t": "push", "o": page.ops, "r": 1}  # r: part of a round, not to be forwarded
         requests += 1
         if _need(reply, "t", str) != "ok":
             raise ProtocolError("push was not acknowledged")

@@ -125,6 +125,22 @@ def _check_header(header: Any) -> None:
         raise InvalidOp("body is not a map")
 
 
+def peek(raw: object) -> tuple[bytes, int] | None:
+    """(origin, seq) of an op without verifying it, or None if it does not parse."""
+    if not isinstance(raw, bytes) or len(raw) > MAX_OP_BYTES:
+        return None
+    try:
+        _unsigned, _sig, header = _unwrap(raw)
+    except InvalidOp:
+        return None
+    if not (isinstance(header, list) and len(header) == 6):
+        return None
+    origin, seq = header[1], header[2]
+    if isinstance(origin, bytes) and len(origin) == ORIGIN_BYTES and _is_int(seq):
+        return origin, seq
+    return None
+
+
 def decode(raw: bytes) -> Op:
     """Verify and decode one signed op; raise ``InvalidOp`` saying why not."""
     if not isinstance(raw, bytes | bytearray):
