@@ -138,10 +138,12 @@ class Link:
         return len(sealed), unpack(open_sealed(self.key, sealed))
 
     @staticmethod
-    def sign_reply(reply: Msg, server: Replica) -> None:
-        """The fields ``Node._handle`` adds to every reply: the server's short id and wall clock (ms)."""
+    def sign_reply(reply: Msg, server: Replica, kind: object = None) -> None:
+        """The fields ``Node._handle`` adds to a reply: the server's short id, and on ``peers``
+        replies its wall clock (ms)."""
         reply["n"] = protocol.short(server.node_key)
-        reply["c"] = time.time_ns() // 1_000_000
+        if kind == "peers":
+            reply["c"] = time.time_ns() // 1_000_000
 
     def exchange(self, server: Replica, req: Msg, me: bytes, tally: Tally, budget: int) -> Msg:
         """One request/response as the daemon frames it (``Node.call`` and ``Node._handle``)."""

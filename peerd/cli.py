@@ -654,7 +654,8 @@ def _setup_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--seed", action="append", metavar="HOST:PORT", help="a peer to contact (repeatable)")
     s.add_argument("--no-mdns", action="store_true", help="do not use mDNS discovery")
     s.add_argument("--bind", default="0.0.0.0", help="address the peer server listens on (default: all)")
-    s.add_argument("--advertise", help="address to tell peers and write in daemon.json")
+    s.add_argument("--advertise",
+                   help="this node's address as written in daemon.json (default: the bind address, or 127.0.0.1)")
     s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     s.set_defaults(fn=cmd_run)
 

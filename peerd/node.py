@@ -5,7 +5,8 @@ The I/O shell around ``protocol`` (sans-io) and ``peers`` (pure table):
 * a peer server (aiohttp, every interface) answering sealed requests at ``/v1``;
 * gossip rounds with random live peers, backing off while nothing changes;
 * push on write: our new ops go to a few live peers at once; a peer that
-  receives ops new to it forwards them, so a write floods the fleet;
+  receives a fresh write new to it forwards it, so a write floods the fleet
+  (ops pushed as part of a round are not forwarded);
 * a watcher that notices writes made by other processes on the same replica.
 
 Invariants: every request and response body is sealed with the fleet key; a

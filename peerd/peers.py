@@ -83,7 +83,7 @@ class PeerTable:
             peer.node = node
         if SOURCE_RANK[source] < SOURCE_RANK.get(peer.source, len(SOURCE_RANK)):
             peer.source = source  # report the most direct way we know the peer by
-        if peer.gone and source in ("mdns", "seed"):
+        if peer.gone and source != "exchange":  # it announced itself or contacted us: back
             peer.gone = False
         return None
 

@@ -184,13 +184,13 @@ def client_round(
     if "pg" in reply:
         n, more = _apply_page(rep, reply["pg"])
         res.pulled += n
-    while more and _wants(rep.vector(), theirs_short):
-        reply = yield {"t": "pull", "w": _wants(rep.vector(), theirs_short)}
+    while more and (wants := _wants(rep.vector(), theirs_short)):
+        reply = yield {"t": "pull", "w": wants}
         res.requests += 1
-        if more and isinstance(reply, dict) and reply.get("o") == [] and reply.get("m") is True:
-            raise ProtocolError("peer sent an empty page but claims more")
         n, more = _apply_page(rep, reply)  # ops may all be known already (a concurrent round got them)
         res.pulled += n
+        if more and _wants(rep.vector(), theirs_short) == wants:
+            raise ProtocolError("peer's page made no progress but claims more")
     res.pushed, pushes = yield from _push_missing(rep, theirs_short, budget)
     res.requests += pushes
     return res

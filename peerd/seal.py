@@ -1,7 +1,7 @@
 """Sealing peer-to-peer bodies with the fleet key (NaCl SecretBox).
 
 Invariants:
-- A sealed body is `nonce (24 bytes) || ciphertext || MAC (16 bytes)`: XSalsa20-Poly1305
+- A sealed body is `nonce (24 bytes) || MAC (16 bytes) || ciphertext`: XSalsa20-Poly1305
   with a fresh random nonce, so the overhead is exactly `SEAL_OVERHEAD` = 40 bytes.
 - The box key is derived from the fleet key by a keyed hash with its own label, so
   the raw fleet key serves no two purposes (the fleet id uses another label).

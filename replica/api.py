@@ -396,6 +396,7 @@ class Replica:
 
     def catch_up_step(self, step: int = 5000) -> bool:
         """Index up to ``step`` more ops; True if more remain."""
+        step = check_count(step, "step", low=1)
         with self._store.read() as cur:
             upto = int(cur.execute("SELECT v FROM meta WHERE k = 'fts_upto'").fetchone()[0])
             newest = int(cur.execute("SELECT coalesce(max(lseq), 0) FROM ops").fetchone()[0])
@@ -413,7 +414,7 @@ class Replica:
             cur.execute(
                 "INSERT INTO senders(role, inst, hlc)"
                 " SELECT sender, coalesce(sender_inst, ''), max(hlc) FROM ops"
-                " WHERE lseq > ? AND lseq <= ? AND id IS NOT NULL"
+                " WHERE lseq > ? AND lseq <= ? AND id IS NOT NULL AND thread IS NULL"
                 " GROUP BY sender, coalesce(sender_inst, '')"
                 " ON CONFLICT(role, inst) DO UPDATE SET hlc = max(hlc, excluded.hlc)",
                 (lo, hi),

@@ -71,3 +71,21 @@ def test_malformed_requests_are_protocol_errors(msg: protocol.Msg, match: str) -
     with pytest.raises(ProtocolError, match=match):
         serve(b, msg, 1000)
     assert b.state_digest() == before
+
+
+def test_page_without_progress_is_refused() -> None:
+    """A peer that keeps sending ops we hold while claiming more is cut off, not looped on."""
+    a, b = Replica.open(), Replica.open()
+    for i in range(3):
+        b.send_message("b", "x", f"m{i}")
+    _round(a, b)
+    held = [raw for _, raw in b.ops_after(0)]
+    b.send_message("b", "x", "new")
+
+    def stuck(msg: protocol.Msg) -> protocol.Msg:
+        if msg["t"] == "sync":
+            return {"t": "diff", "v": protocol.shorten(b.vector())}
+        return {"t": "page", "o": held, "r": {}, "m": True}
+
+    with pytest.raises(ProtocolError, match="no progress"):
+        drive(client_round(a, me=a.node_key, port=1, budget=4096), stuck)
