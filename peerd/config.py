@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from discovery.seeds import parse_seed as discovery_parse_seed
+from discovery.source import SeedError
 from peerd.errors import ConfigError
 from peerd.home import atomic_write, config_path, create_exclusive, ensure_home
 
@@ -148,23 +150,15 @@ def _check_key_bytes(key: bytes) -> None:
 
 
 def parse_seed(seed: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
-    """Split `host:port`, `host`, `[v6]:port` or `[v6]`; raise ConfigError if malformed."""
-    text = seed.strip()
-    if text.startswith("["):
-        host, sep, rest = text[1:].partition("]")
-        if not sep:
-            raise ConfigError(f"seed {seed!r}: missing ']' after the IPv6 address")
-        if rest and not rest.startswith(":"):
-            raise ConfigError(f"seed {seed!r}: expected ':port' after ']'")
-        port_text = rest[1:] if rest else None
-    elif text.count(":") > 1:
-        raise ConfigError(f"seed {seed!r}: write IPv6 addresses in brackets, like [::1]:7733")
-    else:
-        host, sep, port_text_ = text.partition(":")
-        port_text = port_text_ if sep else None
-    if not host or any(not c.isprintable() or c.isspace() or c in "/@[]" for c in host):
-        raise ConfigError(f"seed {seed!r}: expected host:port")
-    return host, _parse_port(seed, port_text, default_port)
+    """Split `host:port`, `host`, `[v6]:port` or `[v6]`; raise ConfigError if malformed.
+
+    The rules are discovery's own (one parser for seeds), so a seed the config accepts is one
+    the daemon can use."""
+    try:
+        parsed = discovery_parse_seed(seed, default_port)
+    except SeedError as exc:
+        raise ConfigError(str(exc)) from None
+    return parsed.host, parsed.port
 
 
 def format_seed(host: str, port: int) -> str:
