@@ -8,6 +8,7 @@ The private seed lives in the home as ``node.key`` (mode 0600) and never leaves 
 from __future__ import annotations
 
 import os
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,7 +59,7 @@ def load_or_create(path: Path) -> Identity:
         return _load(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     ident = generate()
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")  # unique per writer
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(bytes(ident.signing_key).hex() + "\n")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -55,10 +56,24 @@ class Store:
         c = self.conn
         c.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         if self.path != ":memory:":
-            c.execute("PRAGMA journal_mode = WAL")
+            self._enable_wal()
         c.execute("PRAGMA synchronous = NORMAL")
         c.execute("PRAGMA foreign_keys = OFF")
         c.execute("PRAGMA cache_size = -65536")
+
+    def _enable_wal(self) -> None:
+        """Switch to WAL once per file. Another process opening the same new file at the same
+        moment can make the switch report busy at once (no busy handler applies), so retry."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        while True:
+            try:
+                if str(self.conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
+                    return
+                self.conn.execute("PRAGMA journal_mode = WAL")
+            except sqlite3.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     def _migrate(self) -> None:
         with self.write() as cur:

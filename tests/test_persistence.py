@@ -5,11 +5,12 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from replica import Replica, StoreError, open_home
+from replica import Replica, StoreError, open_home, schema
 from replica.store import Store
 
 
@@ -93,3 +94,37 @@ def test_four_processes_write_one_replica(tmp_path: Path) -> None:
     con = sqlite3.connect(tmp_path / "replica.db")
     seqs = [row[0] for row in con.execute("SELECT seq FROM ops ORDER BY seq")]
     assert seqs == list(range(1, ops + 1))
+
+
+def test_v1_replica_is_migrated_forward(tmp_path: Path) -> None:
+    """A replica written at schema v1 opens with the newest schema, keeping its messages searchable."""
+    db = tmp_path / "replica.db"
+    con = sqlite3.connect(db)
+    con.executescript(schema.SCHEMA_V1 + "INSERT INTO meta(k, v) VALUES ('schema_version', 1);")
+    con.close()
+    with Replica.open(db) as r:
+        r.send_message("a", "b", "migrated and searchable")
+        assert [h.content for h in r.search_messages("searchable")] == ["migrated and searchable"]
+    version = sqlite3.connect(db).execute("SELECT v FROM meta WHERE k = 'schema_version'").fetchone()[0]
+    assert int(version) == schema.LATEST
+
+
+OPENER = """
+import sys
+from pathlib import Path
+from replica import open_home
+with open_home(Path(sys.argv[1])) as r:
+    r.send_message("opener", "sink", "hello")
+    print(r.node_id)
+"""
+
+
+def test_many_processes_creating_one_home_at_once_agree() -> None:
+    """Eight processes opening a brand-new home together all succeed and share one node key."""
+    for _ in range(5):  # the race window is small: try a few fresh homes
+        home = Path(tempfile.mkdtemp())
+        procs = [subprocess.Popen([sys.executable, "-c", OPENER, str(home)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE) for _ in range(8)]
+        outs = [p.communicate(timeout=120) for p in procs]
+        assert [p.returncode for p in procs] == [0] * 8, [e.decode()[-400:] for _, e in outs]
+        assert len({o.strip() for o, _ in outs}) == 1
