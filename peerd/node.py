@@ -289,7 +289,8 @@ class Node:
             return await self._on_push(msg, sender)
         if kind == "peers":
             self._merge_peers(msg)
-            return {"t": "peers", "k": self.table.exchange_records(time.monotonic())}
+            self._name_peer(sender, msg.get("nm"))
+            return {"t": "peers", "nm": self.cfg.name, "k": self.table.exchange_records(time.monotonic())}
         budget = self.cfg.page_bytes
         return await asyncio.to_thread(protocol.serve, self.rep, msg, budget)
 
@@ -316,6 +317,14 @@ class Node:
         for rec in protocol.peers_from(msg):
             node = rec.get("n") if isinstance(rec.get("n"), bytes) else None
             self.add_candidate(rec["a"], rec["p"], source="exchange", node=node)
+            self._name_peer(node, rec.get("nm"))
+
+    def _name_peer(self, node: object, name: object) -> None:
+        """Liveness gossip: remember the name a node goes by (never stored in the op log)."""
+        if isinstance(node, bytes) and isinstance(name, str) and 0 < len(name) <= 64:
+            for p in self.table.peers.values():
+                if p.node == node:
+                    p.name = name
 
     # -- calling peers ---------------------------------------------------------------------
 
@@ -423,8 +432,11 @@ class Node:
         self.counters["pushed_ops"] += result.pushed
 
     async def exchange_peers(self, peer: Peer) -> None:
-        reply = await self.call(peer, {"t": "peers", "k": self.table.exchange_records(time.monotonic())})
+        reply = await self.call(
+            peer, {"t": "peers", "nm": self.cfg.name, "k": self.table.exchange_records(time.monotonic())}
+        )
         self._merge_peers(reply)
+        self._name_peer(reply.get("n"), reply.get("nm"))
 
     # -- background work -------------------------------------------------------------------
 

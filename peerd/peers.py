@@ -40,6 +40,7 @@ class Peer:
     their_vector: dict[bytes, int] | None = None
     last_error: str | None = None
     gone: bool = False  # said goodbye (mDNS) or removed
+    name: str | None = None  # the name the node goes by (config `name`), learnt by peer exchange
 
     @property
     def addr(self) -> str:
@@ -55,7 +56,8 @@ class Peer:
 
     def to_dict(self, ours_short: dict[bytes, int], now: float) -> dict[str, Any]:
         return {
-            "address": self.addr, "node_id": self.node.hex() if self.node else None, "found_by": self.source,
+            "address": self.addr, "node_id": self.node.hex() if self.node else None, "name": self.name,
+            "found_by": self.source,
             "addresses": self.addresses or [self.host], "reachable": self.reachable,
             "last_seen_ago": None if self.last_seen is None else round(now - self.last_seen, 3),
             "last_sync_ago": None if self.last_sync is None else round(now - self.last_sync, 3),
@@ -134,6 +136,6 @@ class PeerTable:
 
     def exchange_records(self, now: float) -> list[dict[str, Any]]:
         return [
-            {"a": p.host, "p": p.port, "n": p.node, "s": round(now - p.last_seen, 1)}
+            {"a": p.host, "p": p.port, "n": p.node, "nm": p.name, "s": round(now - p.last_seen, 1)}
             for p in self.live() if p.last_seen is not None
         ]

@@ -126,3 +126,5 @@ def test_peer_exchange_introduces_a_peer_seen_only_by_a_seed(fleet: Fleet) -> No
     mid = a.send("alpha", "gamma", "straight from a")["id"]
     wait_until(lambda: c.has_message(mid), SPREAD, "a's message on c")
     wait_until(lambda: (r := c.peer(a)) is not None and r["last_sync_ago"] is not None, 30, "c to have synced with a")
+    # Liveness gossip: c knows a's name without ever having been told it directly by config.
+    wait_until(lambda: (r := c.peer(a)) is not None and r["name"] == "a", 30, "c to learn a's name")
