@@ -131,7 +131,10 @@ def format_peers(peers: list[dict[str, Any]]) -> str:
     for p in peers:
         live = "yes" if p["reachable"] else "no"
         error = peer_error(p)
-        rows.append((p["address"], (p["node_id"] or "?")[:16], p["found_by"], live, ago(p["last_seen_ago"]),
+        node = (p["node_id"] or "?")[:16]
+        if p.get("name"):
+            node = f"{p['name']} ({node})"
+        rows.append((p["address"], node, p["found_by"], live, ago(p["last_seen_ago"]),
                      ago(p["last_sync_ago"]), "?" if p["lag"] is None else p["lag"],
                      error if len(error) <= 70 else error[:69] + "…"))
     return table(rows, ["PEER", "NODE", "FOUND BY", "LIVE", "SEEN", "SYNCED", "LAG", "ERROR"])

@@ -106,7 +106,9 @@ function renderPeers(peers) {
       const prefix = `${p.address}: `;
       addr.append(el("div", "err", p.last_error.startsWith(prefix) ? p.last_error.slice(prefix.length) : p.last_error));
     }
-    row.append(addr, el("td", null, el("code", null, p.node_id || "?")), el("td", null, p.found_by), live,
+    const node = el("td", null, el("code", null, p.node_id || "?"));
+    if (p.name) node.prepend(el("span", "name", p.name + " "));
+    row.append(addr, node, el("td", null, p.found_by), live,
       el("td", null, ago(p.last_seen_ago)), el("td", null, p.lag === null ? "?" : p.lag));
     return row;
   }));
@@ -128,7 +130,7 @@ function renderMap(st) {
     g.append(svg("circle", { cx: x, cy: y, r: 9 }));
     g.append(svg("title", {}, `${p.address} (${p.found_by})${p.last_error ? ": " + p.last_error : ""}`));
     const below = y >= cy;
-    g.append(svg("text", { x, y: below ? y + 21 : y - 14, "text-anchor": "middle" }, p.address));
+    g.append(svg("text", { x, y: below ? y + 21 : y - 14, "text-anchor": "middle" }, p.name ? `${p.name} ${p.address}` : p.address));
     if (p.lag) g.append(svg("text", { x, y: below ? y + 32 : y - 25, "text-anchor": "middle", class: "lag" }, `lag ${p.lag}`));
     nodes.push(g);
   });
