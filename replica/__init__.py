@@ -4,6 +4,9 @@ This package imports nothing else of peerd and never uses asyncio, so the merge
 and sync rules can be tested as pure functions.
 """
 
+import logging
+import os
+import time
 from pathlib import Path
 
 from replica import identity
@@ -34,14 +37,30 @@ from replica.models import (
     ThreadMessage,
 )
 
+log = logging.getLogger("replica")
+
 REPLICA_FILE = "replica.db"
 KEY_FILE = "node.key"
 
 
+ORPHAN_KEY_AGE = 60.0  # seconds; a key and its database are always created moments apart
+
+
 def open_home(home: Path) -> Replica:
-    """Open the replica kept in ``home`` (creating folder, key and database if needed)."""
+    """Open the replica kept in ``home`` (creating folder, key and database if needed).
+
+    A node key whose database is gone (deleted, restored without it) is retired, not
+    reused: its peers still hold its old ops, so new ops under the same key would reuse
+    their seqs and be ignored by every peer. The replica starts as a new node instead.
+    """
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return Replica.open(home / REPLICA_FILE, identity.load_or_create(home / KEY_FILE))
+    key = home / KEY_FILE
+    if not (home / REPLICA_FILE).exists() and key.exists() and time.time() - key.stat().st_mtime > ORPHAN_KEY_AGE:
+        retired = key.with_name(f"{KEY_FILE}.retired-{int(time.time())}")
+        os.replace(key, retired)
+        log.warning("replica database missing beside an old node key: retired the key as %s; "
+                    "this replica starts as a new node", retired.name)
+    return Replica.open(home / REPLICA_FILE, identity.load_or_create(key))
 
 
 __all__ = [

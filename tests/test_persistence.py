@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -128,3 +130,27 @@ def test_many_processes_creating_one_home_at_once_agree() -> None:
         outs = [p.communicate(timeout=120) for p in procs]
         assert [p.returncode for p in procs] == [0] * 8, [e.decode()[-400:] for _, e in outs]
         assert len({o.strip() for o, _ in outs}) == 1
+
+
+def test_lost_database_retires_the_old_key(tmp_path: Path) -> None:
+    """A home whose replica.db is gone but whose key is old starts as a new node, so it never
+    reuses seqs its peers already hold (those writes would be ignored everywhere)."""
+    with open_home(tmp_path) as r:
+        old = r.node_id
+        r.send_message("a", "b", "before the loss")
+    for name in ("replica.db", "replica.db-wal", "replica.db-shm"):
+        (tmp_path / name).unlink(missing_ok=True)
+    stale = time.time() - 3600
+    os.utime(tmp_path / "node.key", (stale, stale))
+    with open_home(tmp_path) as r:
+        assert r.node_id != old
+    assert len(list(tmp_path.glob("node.key.retired-*"))) == 1
+
+
+def test_fresh_key_without_database_is_kept(tmp_path: Path) -> None:
+    """A key created moments ago (another process is creating the database) is not retired."""
+    with open_home(tmp_path) as r:
+        node = r.node_id
+    (tmp_path / "replica.db").unlink()
+    with open_home(tmp_path) as r:
+        assert r.node_id == node
