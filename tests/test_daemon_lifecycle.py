@@ -36,7 +36,7 @@ def test_second_daemon_on_one_home_is_refused(fleet: Fleet) -> None:
     d = fleet.add("solo")
     fleet.start(d)
     out = subprocess.run([str(PEERD), "run", "--home", str(d.home), "--port", "0", "--local-port", "0",
-                          "--no-mdns"], capture_output=True, text=True, timeout=60)
+                          "--no-mdns"], capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 1
     assert "another peerd is already running" in out.stderr
     assert d.running and d.status()["node_id"] == d.node_id
@@ -53,7 +53,7 @@ def test_taken_port_is_a_clear_error(fleet: Fleet) -> None:
         d = fleet.add("solo")
         fleet.init([d])
         out = subprocess.run([str(PEERD), "run", "--home", str(d.home), "--port", str(port), "--bind", "127.0.0.1",
-                              "--local-port", "0", "--no-mdns"], capture_output=True, text=True, timeout=60)
+                              "--local-port", "0", "--no-mdns"], capture_output=True, text=True, timeout=60, check=False)
     finally:
         blocker.close()
     assert out.returncode == 1
