@@ -39,6 +39,7 @@ from peerd.protocol import Msg, ProtocolError, RoundResult
 from peerd.seal import open_sealed, seal
 from replica import Replica, vector
 from replica.errors import RemoteError
+from replica.ops import peek
 
 log = logging.getLogger("peerd.node")
 
@@ -115,6 +116,18 @@ class Changes:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._cond.wait_for(lambda: self.version != seen), within)
             return self.version
+
+
+def _advance_known(peer: Peer, raws: list[bytes]) -> None:
+    """After a push the peer acknowledged, count those ops as held there (keeps its lag current)."""
+    if peer.their_vector is None:
+        return
+    for raw in raws:
+        ident = peek(raw)
+        if ident is not None:
+            origin = protocol.short(ident[0])
+            if peer.their_vector.get(origin, 0) == ident[1] - 1:
+                peer.their_vector[origin] = ident[1]
 
 
 class Node:
@@ -507,6 +520,7 @@ class Node:
                 try:
                     await self.call(peer, {"t": "push", "o": batch})
                     self.table.succeeded(peer, time.monotonic(), None)
+                    _advance_known(peer, batch)
                 except PeerError as exc:
                     self.table.failed(peer, time.monotonic(), str(exc))
                     box.clear()

@@ -549,6 +549,10 @@ class Fleet:
         if self in _OPEN_FLEETS:
             _OPEN_FLEETS.remove(self)
             _JUST_CLOSED.append(self)
+        crashes = [f"{d.name}: {line}" for d in self.daemons for line in d.log_text().splitlines()
+                   if "Traceback" in line or "background task failed" in line]
+        if crashes:  # a daemon that crashed a task inside may still pass the test's checks: fail anyway
+            raise DaemonFailed("daemon logs show crashes:\n" + "\n".join(crashes[:20]) + "\n" + self.logs())
 
 
 # -- pytest integration ------------------------------------------------------------------------------
