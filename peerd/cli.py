@@ -361,22 +361,10 @@ class OfflineBackend:
         self.rep.close()
 
 
-def pid_alive(pid: object) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # somebody else's process: alive
-        return True
-    return True
-
-
 def running_daemon(home: Path) -> dict[str, Any] | None:
     """daemon.json of this home if its process is alive (a file left by a crash does not count)."""
     info = homes.read_daemon_json(home)
-    if info is None or not pid_alive(info.get("pid")) or not isinstance(info.get("local_url"), str):
+    if info is None or not homes.pid_alive(info.get("pid")) or not isinstance(info.get("local_url"), str):
         return None
     return info
 

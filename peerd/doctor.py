@@ -18,7 +18,6 @@ Invariants:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import email.utils
 import errno
@@ -38,6 +37,7 @@ from typing import Any
 
 import msgpack
 
+from discovery.netif import probe_mdns_port
 from peerd import home as homes
 from peerd.config import Config, load_config, normalize_seed, parse_seed
 from peerd.errors import ConfigError, DaemonError, SealError
@@ -195,17 +195,6 @@ def check_replica(home: Path) -> Finding:
 # -- the daemon and its ports --------------------------------------------------------------------
 
 
-def _pid_alive(pid: object) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
 
 def fetch_status(local_url: str, timeout: float) -> dict[str, Any]:
     with _OPENER.open(f"{local_url}/api/status", timeout=timeout) as resp:
@@ -225,7 +214,7 @@ def check_daemon(home: Path, node_id: str | None, timeout: float) -> tuple[Findi
     if info is None:
         return Finding("daemon", WARN, "", "not running", start), None
     pid = info.get("pid")
-    if not _pid_alive(pid):
+    if not homes.pid_alive(pid):
         return Finding("daemon", WARN, "", f"not running (daemon.json was left behind by pid {pid}, which is gone)",
                        start), None
     url = str(info.get("local_url", ""))
@@ -300,20 +289,6 @@ def lan_addresses() -> list[str]:
     return out
 
 
-def mdns_port_problem() -> str | None:
-    """None if a shared UDP socket on port 5353 can be opened (as zeroconf does)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if hasattr(socket, "SO_REUSEPORT"):
-            with contextlib.suppress(OSError):
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        try:
-            s.bind(("", MDNS_PORT))
-        except OSError as exc:
-            return exc.strerror or str(exc)
-    return None
-
-
 def check_mdns(cfg: Config, status: dict[str, Any] | None, addresses: Sequence[str],
                port_problem: str | None) -> Finding:
     if not cfg.mdns:
@@ -326,8 +301,8 @@ def check_mdns(cfg: Config, status: dict[str, Any] | None, addresses: Sequence[s
         return Finding("mdns", WARN, "", "no network interface besides loopback: mDNS cannot find anybody",
                        "connect this machine to a network, or list peers as seeds")
     if port_problem is not None:
-        return Finding("mdns", WARN, f"udp {MDNS_PORT}", f"cannot be opened ({port_problem}): another mDNS "
-                       "responder holds it without sharing", "stop that responder, or set mdns = false and use seeds")
+        return Finding("mdns", WARN, f"udp {MDNS_PORT}", f"{port_problem}: another mDNS responder holds it "
+                       "without sharing", "stop that responder, or set mdns = false and use seeds")
     found = [p for p in (status or {}).get("peers", []) if p.get("found_by") == "mdns"]
     seen = f"; {len(found)} peer(s) found by mDNS" if status is not None else ""
     return Finding("mdns", OK, "", f"on, on {', '.join(addresses[:4])}{seen}")
@@ -529,7 +504,7 @@ def run_checks(home: Path, *, timeout: float = 3.0) -> Report:
     addresses = [*seeds, *(p["address"] for p in peers), *([own] if own else [])]
     probes = probe_all(addresses, cfg.fleet_key, timeout, node_id)
     report.findings += check_ports(cfg, status, probes.get(own) if own else None)
-    add(check_mdns(cfg, status, lan_addresses() if cfg.mdns else [], mdns_port_problem() if cfg.mdns else None))
+    add(check_mdns(cfg, status, lan_addresses() if cfg.mdns else [], probe_mdns_port() if cfg.mdns else None))
     for s in seeds:
         add(seed_finding(probes[s]) if s in probes else Finding("seed", SKIP, s, "too many addresses to probe"))
     for row in peers:

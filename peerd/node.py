@@ -62,6 +62,7 @@ class Progress:
 
     peer: str
     total: int
+    theirs: dict[bytes, int]  # the peer's vector when the catch-up began
     done: int = 0
     started: float = field(default_factory=time.monotonic)
     logged: float = 0.0
@@ -153,7 +154,6 @@ class Node:
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.catchup: Progress | None = None
-        self._theirs: dict[bytes, int] = {}
         self.seeds: SeedSource | None = None
         self.mdns: MdnsSource | None = None
 
@@ -412,11 +412,10 @@ class Node:
             ours = protocol.shorten(await asyncio.to_thread(self.rep.vector))
             total = sum(max(0, n - ours.get(k, 0)) for k, n in theirs.items() if isinstance(n, int))
             if total >= CATCHUP_REPORT:
-                self.catchup = Progress(peer.addr, total)
-                self._theirs = {k: n for k, n in theirs.items() if isinstance(n, int)}
+                self.catchup = Progress(peer.addr, total, {k: n for k, n in theirs.items() if isinstance(n, int)})
         elif self.catchup is not None and self.catchup.peer == peer.addr:
             ours = protocol.shorten(await asyncio.to_thread(self.rep.vector))
-            left = sum(max(0, n - ours.get(k, 0)) for k, n in self._theirs.items())
+            left = sum(max(0, n - ours.get(k, 0)) for k, n in self.catchup.theirs.items())
             self.catchup.done = self.catchup.total - left
             if time.monotonic() - self.catchup.logged >= PROGRESS_LOG_EVERY:
                 self._log_progress(self.catchup)
