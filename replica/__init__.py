@@ -19,12 +19,16 @@ from replica.errors import (
     PeerdError,
     RemoteError,
     StoreError,
+    Undecodable,
 )
 from replica.models import (
     Agent,
     ApplyResult,
+    FileCheck,
     Inbox,
     InboxMessage,
+    LogMessage,
+    MessageLog,
     Page,
     Profile,
     ReadState,
@@ -35,7 +39,10 @@ from replica.models import (
     Thread,
     ThreadInfo,
     ThreadMessage,
+    ThreadSummary,
+    receipt_state,
 )
+from replica.store import check_file
 
 log = logging.getLogger("replica")
 
@@ -64,9 +71,9 @@ def open_home(home: Path) -> Replica:
 
 
 __all__ = [
-    "Agent", "ApplyResult", "Inbox", "InboxMessage", "InvalidArgument", "InvalidOp", "LocalError",
-    "NotFound", "Page", "PeerdError", "Profile", "ReadState", "RecipientStatus", "RemoteError",
-    "Replica", "SearchHit", "SenderSeen", "SentMessage", "StoreError", "Thread", "ThreadInfo", "ThreadMessage",
-    "agent_id_for",
-    "open_home",
+    "Agent", "ApplyResult", "FileCheck", "Inbox", "InboxMessage", "InvalidArgument", "InvalidOp", "LocalError",
+    "LogMessage", "MessageLog", "NotFound", "Page", "PeerdError", "Profile", "ReadState", "RecipientStatus",
+    "RemoteError", "Replica", "SearchHit", "SenderSeen", "SentMessage", "StoreError", "Thread", "ThreadInfo",
+    "ThreadMessage", "ThreadSummary", "Undecodable",
+    "agent_id_for", "check_file", "open_home", "receipt_state",
 ]

@@ -40,3 +40,12 @@ class InvalidOp(RemoteError):
 
 class StoreError(PeerdError):
     """The SQLite store failed (corrupt file, disk full, locked for too long)."""
+
+
+class Undecodable(PeerdError, ValueError):
+    """Bytes are not the msgpack they should be (``codec.unpack``); callers translate
+    it into their own error (an invalid op, a bad invite, a peer protocol error)."""
+
+    def __init__(self, cause: str) -> None:
+        self.cause = cause
+        super().__init__(f"undecodable msgpack ({cause})")

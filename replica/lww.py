@@ -40,8 +40,5 @@ def merge(state: Mapping[RegisterKey, Write], writes: Iterable[Write]) -> dict[R
 
 
 def join_key(parts: Iterable[str]) -> str:
+    """A register key's parts as one string (the store's ``lww.k`` column)."""
     return "\x1f".join(parts)
-
-
-def split_key(key: str) -> list[str]:
-    return key.split("\x1f")

@@ -1,4 +1,9 @@
-"""Plain result types returned by the replica API (frozen dataclasses)."""
+"""Plain result types returned by the replica API (frozen dataclasses).
+
+Invariants: values only (no I/O, no reference back to a replica); ``to_dict``
+gives JSON-ready dicts whose keys are the field names, in field order, which is
+what the local API and ``peerd --json`` print.
+"""
 
 from __future__ import annotations
 
@@ -41,6 +46,13 @@ class Inbox(_Dict):
     cursor: int
 
 
+def receipt_state(delivered_at: str | None, read_at: str | None) -> str:
+    """A receipt's state as shown to people: pending, delivered or read."""
+    if read_at is not None:
+        return "read"
+    return "delivered" if delivered_at is not None else "pending"
+
+
 @dataclass(frozen=True)
 class RecipientStatus(_Dict):
     role: str
@@ -48,6 +60,32 @@ class RecipientStatus(_Dict):
     receipt_id: str | None
     delivered_at: str | None
     read_at: str | None
+
+    @property
+    def state(self) -> str:
+        return receipt_state(self.delivered_at, self.read_at)
+
+
+@dataclass(frozen=True)
+class LogMessage(_Dict):
+    """A message in the log; a thread message's ``sender`` is its agent's name (id in ``sender_id``)."""
+
+    id: str
+    seq: int
+    sender: str
+    sender_id: str
+    sender_instance: str | None
+    channel: str | None
+    target_instance: str | None
+    thread: str | None
+    content: str
+    created: str
+
+
+@dataclass(frozen=True)
+class MessageLog(_Dict):
+    messages: list[LogMessage]
+    cursor: int
 
 
 @dataclass(frozen=True)
@@ -86,6 +124,17 @@ class ThreadMessage(_Dict):
 class ThreadInfo(_Dict):
     thread_id: str
     participants: list[str]
+    message_count: int
+    latest_activity: str | None
+
+
+@dataclass(frozen=True)
+class ThreadSummary(_Dict):
+    """A thread for an overview: participants by agent name (ids alongside)."""
+
+    thread_id: str
+    participants: list[str]
+    participant_ids: list[str]
     message_count: int
     latest_activity: str | None
 
@@ -138,3 +187,12 @@ class SenderSeen(_Dict):
     instance: str | None
     last_seen: str
     last_hlc: int
+
+
+@dataclass(frozen=True)
+class FileCheck(_Dict):
+    """What a read-only look at a replica file found (``store.check_file``)."""
+
+    result: str  # SQLite's quick_check: "ok" when sound
+    messages: int
+    ops: int

@@ -19,10 +19,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack
-
 from replica import identity
-from replica.errors import InvalidOp
+from replica.codec import pack, unpack
+from replica.errors import InvalidOp, Undecodable
 
 VERSION = 1
 MAX_OP_BYTES = 256 * 1024
@@ -51,15 +50,10 @@ class Op:
         return len(self.raw)
 
 
-def _pack(value: object) -> bytes:
-    out: bytes = msgpack.packb(value, use_bin_type=True)
-    return out
-
-
 def encode(origin: bytes, seq: int, hlc: int, kind: str, body: Body, *, sign: Callable[[bytes], bytes]) -> bytes:
     """Build and sign an op; returns its storage/wire bytes."""
-    unsigned = _pack([VERSION, origin, seq, hlc, kind, body])
-    return _pack([unsigned, sign(unsigned)])
+    unsigned = pack([VERSION, origin, seq, hlc, kind, body])
+    return pack([unsigned, sign(unsigned)])
 
 
 MESSAGE_ID_PREFIX = 8
@@ -86,27 +80,22 @@ def derived_id(prefix: str, origin: bytes, seq: int) -> str:
 
 
 def _unpack(data: bytes) -> Any:
-    return msgpack.unpackb(
-        data, raw=False, strict_map_key=True, use_list=True,
-        max_bin_len=MAX_OP_BYTES, max_str_len=MAX_OP_BYTES, max_array_len=MAX_WRITES_PER_OP * 4,
-        max_map_len=64,
-    )
+    try:
+        return unpack(data, max_bin_len=MAX_OP_BYTES, max_str_len=MAX_OP_BYTES,
+                      max_array_len=MAX_WRITES_PER_OP * 4, max_map_len=64)
+    except Undecodable as exc:
+        raise InvalidOp(f"undecodable op ({exc.cause})") from None
 
 
 def _unwrap(raw: bytes) -> tuple[bytes, bytes, Any]:
     """Split a signed op into (unsigned bytes, signature, decoded header)."""
-    try:
-        outer = _unpack(raw)
-        if not (isinstance(outer, list) and len(outer) == 2):
-            raise InvalidOp("op is not [unsigned, signature]")
-        unsigned, sig = outer
-        if not isinstance(unsigned, bytes) or not isinstance(sig, bytes):
-            raise InvalidOp("op parts are not bytes")
-        return unsigned, sig, _unpack(unsigned)
-    except InvalidOp:
-        raise
-    except Exception as exc:  # msgpack raises many unrelated types on garbage
-        raise InvalidOp(f"undecodable op ({type(exc).__name__})") from None
+    outer = _unpack(raw)
+    if not (isinstance(outer, list) and len(outer) == 2):
+        raise InvalidOp("op is not [unsigned, signature]")
+    unsigned, sig = outer
+    if not isinstance(unsigned, bytes) or not isinstance(sig, bytes):
+        raise InvalidOp("op parts are not bytes")
+    return unsigned, sig, _unpack(unsigned)
 
 
 def _check_header(header: Any) -> None:

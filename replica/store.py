@@ -6,8 +6,10 @@ Invariants:
   allocates seqs and lseqs inside that transaction.
 * ``store_op`` is idempotent: an op already held (same origin and seq) is
   ignored, and the projections are touched only for a newly stored op.
-* LWW projections change only when the register write wins (see ``lww``).
+* LWW projections change only when the register write wins: ``_LWW_UPSERT`` is
+  ``lww.wins`` in SQL, and ``tests/test_crdt_properties.py`` checks the two agree.
 * sqlite3 errors are translated to ``StoreError`` here and go no further.
+* ``check_file`` opens a file read-only (``mode=ro``): looking never writes.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from replica import routing, schema
 from replica.errors import StoreError
 from replica.hlc import wall_of
 from replica.lww import join_key
+from replica.models import FileCheck
 from replica.ops import KIND_MSG, Op, message_id
 
 BUSY_TIMEOUT_MS = 30_000
@@ -134,6 +137,23 @@ class Store:
                 if outer:
                     with suppress(sqlite3.Error):
                         self.conn.execute("COMMIT")
+
+
+def check_file(path: str | Path, *, timeout: float = 10.0) -> FileCheck:
+    """SQLite's quick check and the counts of a replica file, opened read-only (a daemon
+    may be writing it; ``timeout`` seconds at most for its locks); ``StoreError`` if it
+    cannot be read as a replica."""
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout)
+        try:
+            result = str(conn.execute("PRAGMA quick_check").fetchone()[0])
+            messages = int(conn.execute("SELECT count(*) FROM messages").fetchone()[0])
+            ops = int(conn.execute("SELECT count(*) FROM ops").fetchone()[0])
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise StoreError(str(exc)) from None
+    return FileCheck(result, messages, ops)
 
 
 def origin_id(cur: sqlite3.Cursor, node: bytes) -> int:

@@ -34,10 +34,6 @@ def lag(ours: Vector, theirs: Vector) -> int:
     return sum(max(0, top - ours.get(o, 0)) for o, top in theirs.items())
 
 
-def dominates(a: Vector, b: Vector) -> bool:
-    return all(a.get(o, 0) >= n for o, n in b.items())
-
-
 def digest(vector: Vector) -> bytes:
     """A short hash of a vector: equal vectors, equal digests (8 bytes)."""
     h = hashlib.blake2b(digest_size=8, person=b"peerd-vector")

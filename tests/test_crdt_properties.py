@@ -7,8 +7,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replica import Replica, hlc, lww
+from replica import Replica, hlc, lww, store
 from replica.lww import Write
+from replica.store import Store
 from tests.conftest import pull
 
 ROLES = ["a", "b", "c"]
@@ -93,24 +94,64 @@ def test_paged_pull_in_any_direction_converges(plan: list[tuple[int, tuple[Any, 
     assert all(r.vector() == rs[0].vector() for r in rs)
 
 
-stamps = st.tuples(st.integers(0, 5), st.sampled_from([b"\x01", b"\x02", b"\x03"]))
+ORIGINS = [bytes([n]) * 32 for n in (1, 2, 3)]
+stamps = st.tuples(st.integers(0, 20), st.sampled_from(ORIGINS))
 writes = st.lists(
     st.builds(Write, key=st.sampled_from([("t", "k", "f"), ("t", "k", "g")]), value=st.integers(0, 3), stamp=stamps),
-    max_size=12,
-    unique_by=lambda w: w.stamp,  # one origin never reuses a stamp
+    max_size=36,
+    unique_by=lambda w: w.stamp,  # one origin never reuses a stamp, so no two writes share one
 )
 
 
-@given(xs=writes, ys=writes, zs=writes)
-def test_lww_merge_laws(xs: list[Write], ys: list[Write], zs: list[Write]) -> None:
-    """LWW merge is commutative, associative and idempotent (stamps are unique per write)."""
-    stamps_seen = [w.stamp for w in xs + ys + zs]
-    if len(stamps_seen) != len(set(stamps_seen)):
-        return
+@given(ws=writes, data=st.data())
+def test_lww_merge_laws(ws: list[Write], data: st.DataObject) -> None:
+    """LWW merge is commutative, associative and idempotent (three groups of writes with unique stamps)."""
+    i = data.draw(st.integers(0, len(ws)), label="cut1")
+    j = data.draw(st.integers(i, len(ws)), label="cut2")
+    xs, ys, zs = ws[:i], ws[i:j], ws[j:]
     m = lww.merge
     assert m(m({}, xs), ys) == m(m({}, ys), xs)
     assert m(m(m({}, xs), ys), zs) == m(m({}, xs), ys + zs)
     assert m(m({}, xs), xs) == m({}, xs)
+
+
+# Registers of two tables with their projections: a profile field (text) and a receipt time (int).
+registers = st.one_of(
+    st.tuples(st.just("prof"), st.sampled_from([("p1",), ("p2",)]), st.sampled_from(["name", "dynamic"]),
+              st.text(max_size=4)),
+    st.tuples(st.just("rcpt"), st.sampled_from([("m-1", "r", ""), ("m-1", "r", "i")]), st.sampled_from(["d", "r"]),
+              st.integers(0, 10**6)),
+)
+stored_writes = st.lists(st.tuples(registers, stamps), max_size=24, unique_by=lambda w: w[1])
+
+
+def _projected(cur: Any) -> dict[tuple[str, str, str], object]:
+    """Every register as the store's projection tables show it."""
+    out: dict[tuple[str, str, str], object] = {}
+    for pid, name, dynamic in cur.execute("SELECT id, name, dynamic FROM profiles"):
+        out.update({("prof", pid, "name"): name, ("prof", pid, "dynamic"): dynamic})
+    for msg, role, inst, delivered, read in cur.execute("SELECT msg_id, role, inst, delivered, read FROM receipts"):
+        key = lww.join_key([msg, role, inst])
+        out.update({("rcpt", key, "d"): delivered, ("rcpt", key, "r"): read})
+    return {k: v for k, v in out.items() if v is not None}
+
+
+@given(ws=stored_writes, data=st.data())
+def test_store_upsert_keeps_what_the_pure_lww_rule_keeps(ws: list[tuple[Any, Any]], data: st.DataObject) -> None:
+    """Register writes put into the SQLite store in any order, some twice, leave every register
+    (and its projection) at the value ``lww.merge`` picks."""
+    order = data.draw(st.permutations(ws + data.draw(st.lists(st.sampled_from(ws)) if ws else st.just([]))))
+    model = lww.merge({}, [Write((t, lww.join_key(k), f), v, stamp) for (t, k, f, v), stamp in ws])
+    st_ = Store(":memory:")
+    with st_.write() as cur:
+        for (table, key, field, value), (hlc_, origin) in order:
+            store.put_register(cur, [table, list(key), field, value], hlc_, origin)
+    with st_.read() as cur:
+        held = {(t, k, f): (v, (h, bytes(o))) for t, k, f, v, h, o in cur.execute("SELECT * FROM lww")}
+        projected = _projected(cur)
+    st_.close()
+    assert held == {key: (w.value, w.stamp) for key, w in model.items()}
+    assert projected == {key: w.value for key, w in model.items()}
 
 
 def test_lww_tie_on_hlc_resolved_by_origin() -> None:

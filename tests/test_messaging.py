@@ -215,3 +215,34 @@ def test_search_index_catches_up_in_steps(mem: Replica) -> None:
     assert mem.catch_up_step(10) is True
     assert len(mem.search_messages("needle", limit=100)) == 25
     assert mem.catch_up_step(10) is False
+
+
+def test_message_log_latest_page_then_pages_after_a_cursor(mem: Replica) -> None:
+    """The log gives the latest messages in arrival order, then the first ones after a cursor;
+    a thread message shows its sender by agent name."""
+    sent = [mem.send_message("alpha", "beta", f"m{i}") for i in range(3)]
+    a, b = mem.create_agent("ann"), mem.create_agent("bob")
+    mem.append(mem.create_thread(a, b), a, "in a thread")
+    latest = mem.message_log(limit=2)
+    assert [m.content for m in latest.messages] == ["m2", "in a thread"]
+    assert (latest.messages[1].sender, latest.messages[1].sender_id) == ("ann", a)
+    assert latest.cursor == latest.messages[-1].seq
+    after = mem.message_log(after=sent[0].seq, limit=1)
+    assert [m.content for m in after.messages] == ["m1"] and after.cursor == sent[1].seq
+    assert mem.message_log(after=latest.cursor).messages == [] and mem.message_log(after=latest.cursor).cursor == latest.cursor
+    with pytest.raises(InvalidArgument, match="after must be"):
+        mem.message_log(after=-1)
+
+
+def test_inbox_all_keeps_read_messages_and_records_delivery(mem: Replica) -> None:
+    """The whole inbox lists read messages with their read time and records delivery of unread ones."""
+    first = mem.send_message("alpha", "beta", "old")
+    mem.mark_as_read([mem.check_messages("beta").messages[0].receipt_id])
+    mem.send_message("alpha", "beta", "new")
+    whole = mem.inbox_all("beta")
+    assert [(m.content, m.read_at is not None) for m in whole.messages] == [("old", True), ("new", False)]
+    assert whole.messages[1].delivered_at is not None
+    assert {s.role: s.state for s in mem.message_status(first.id)} == {"beta": "read"}
+    assert whole.cursor == whole.messages[-1].seq
+    with pytest.raises(InvalidArgument, match="limit"):
+        mem.inbox_all("beta", limit=0)

@@ -7,8 +7,10 @@ from typing import Any
 
 import msgpack
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from replica import InvalidOp, Replica, identity
+from replica import InvalidOp, Replica, Undecodable, codec, identity
 from replica.ops import MAX_CONTENT_BYTES, VERSION, encode
 
 Mutate = Callable[[list[Any]], None]
@@ -128,3 +130,19 @@ def test_apply_is_idempotent(mem: Replica) -> None:
     again = mem.apply(raws)
     assert (again.new, again.duplicate) == (0, 1)
     assert mem.stats()["messages"] == 1
+
+
+@given(st.binary(max_size=200))
+def test_unpack_of_any_bytes_is_a_value_or_undecodable(data: bytes) -> None:
+    """The one msgpack reader never lets a msgpack exception through, whatever the bytes."""
+    try:
+        codec.unpack(data)
+    except Undecodable as exc:
+        assert exc.cause
+
+
+@given(st.binary(max_size=200))
+def test_any_bytes_as_an_op_are_refused_cleanly(data: bytes) -> None:
+    """Garbage offered as an op is an InvalidOp (never another exception) and stores nothing."""
+    with Replica.open() as r, pytest.raises(InvalidOp):
+        r.apply([data])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from replica import Replica, StoreError, open_home, schema
+from replica import Replica, StoreError, check_file, open_home, schema
 from replica.store import Store
 
 
@@ -154,3 +154,16 @@ def test_fresh_key_without_database_is_kept(tmp_path: Path) -> None:
     (tmp_path / "replica.db").unlink()
     with open_home(tmp_path) as r:
         assert r.node_id == node
+
+
+def test_check_file_looks_without_writing(tmp_path: Path) -> None:
+    """check_file reports soundness and counts of a replica file and leaves the file as it was."""
+    path = tmp_path / "replica.db"
+    with Replica.open(path) as r:
+        r.send_message("a", "b", "hi")
+    before = path.read_bytes()
+    found = check_file(path)
+    assert (found.result, found.messages, found.ops) == ("ok", 1, 1)
+    assert path.read_bytes() == before
+    with pytest.raises(StoreError):
+        check_file(tmp_path / "missing.db")

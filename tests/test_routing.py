@@ -96,3 +96,34 @@ def test_inbox_query_matches_pure_rule(
         r.send_message(sender, channel, "x", instance_id=target, from_instance_id=sender_inst)
         expected = visible_to(Envelope(sender, sender_inst, channel, target), role, inst)
         assert (len(r.check_messages(role, inst).messages) == 1) == expected
+
+
+envelopes = st.builds(
+    Envelope, sender=names, sender_instance=insts,
+    channel=st.sampled_from(["a", "b", "a,b", "b, c", "c,a", "broadcast"]), target_instance=insts,
+)
+
+
+@given(sent=st.lists(envelopes, min_size=1, max_size=8), role=names, inst=insts, data=st.data())
+def test_both_inbox_queries_match_pure_rule_over_many_messages(
+    sent: list[Envelope], role: str, inst: str | None, data: st.DataObject
+) -> None:
+    """The unread inbox and the whole inbox (read ones too, latest ``limit``) hold exactly the
+    messages the pure rule shows (role, inst), in arrival order, whatever is read."""
+    with Replica.open() as r:
+        for i, e in enumerate(sent):
+            r.send_message(e.sender, e.channel or "", str(i), instance_id=e.target_instance,
+                           from_instance_id=e.sender_instance)
+        visible = [str(i) for i, e in enumerate(sent) if visible_to(e, role, inst)]
+        unread = r.check_messages(role, inst).messages
+        assert [m.content for m in unread] == visible
+        read = data.draw(st.lists(st.sampled_from(unread), unique=True), label="read") if unread else []
+        if read:
+            r.mark_as_read([m.receipt_id for m in read])
+        done = {m.content for m in read}
+        assert [m.content for m in r.check_messages(role, inst).messages] == [v for v in visible if v not in done]
+        whole = r.inbox_all(role, inst).messages
+        assert [m.content for m in whole] == visible
+        assert {m.content for m in whole if m.read_at is not None} == done
+        limit = data.draw(st.integers(1, 8), label="limit")
+        assert [m.content for m in r.inbox_all(role, inst, limit=limit).messages] == visible[-limit:]

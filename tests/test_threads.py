@@ -119,3 +119,14 @@ def test_threads_sync_between_replicas() -> None:
     assert [m.content for m in x.poll(tid)] == ["hello", "hello back"]
     assert not x.has_unread(tid, b)
     assert x.has_unread(tid, a)
+
+
+def test_list_threads_names_participants_and_counts(mem: Replica) -> None:
+    """The thread overview shows participants by name (ids alongside), counts and latest activity."""
+    ann, bob = mem.create_agent("ann"), mem.create_agent("bob")
+    tid = mem.create_thread(ann, bob)
+    mem.append(tid, bob, "hello")
+    [row] = mem.list_threads()
+    assert (row.thread_id, sorted(row.participants), sorted(row.participant_ids)) == (
+        tid, ["ann", "bob"], sorted([ann, bob]))
+    assert row.message_count == 1 and row.latest_activity == mem.poll(tid)[0].created

@@ -1,0 +1,97 @@
+"""Argument checks for the replica API, as pure functions.
+
+Invariants:
+* A check returns the value as the API uses it (names trimmed) or raises
+  ``InvalidArgument`` with a message naming the argument as callers spell it;
+  it never touches the store, so a call is checked before anything is written.
+* Names are non-empty, at most ``MAX_NAME_CHARS`` characters, without control
+  characters; content is a string of at most ``MAX_CONTENT_BYTES`` of UTF-8.
+* Counts are ints (never bools) within the bounds the caller names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from replica.errors import InvalidArgument
+from replica.ops import MAX_CONTENT_BYTES, MAX_NAME_CHARS
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 1000
+MAX_QUERY_WORDS = 32
+
+_CONTROL = re.compile(r"[\x00-\x1f]")
+
+
+def check_name(value: object, what: str, *, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidArgument(f"{what} must be a non-empty string")
+    value = value.strip()
+    if len(value) > MAX_NAME_CHARS:
+        raise InvalidArgument(f"{what} is longer than {MAX_NAME_CHARS} characters")
+    if _CONTROL.search(value):
+        raise InvalidArgument(f"{what} must not contain control characters")
+    return value
+
+
+def required_name(value: object, what: str) -> str:
+    """A required name (``check_name`` without the optional case)."""
+    out = check_name(value, what)
+    assert out is not None
+    return out
+
+
+def required_names(values: Iterable[object], what: str) -> list[str]:
+    """Required names, duplicates dropped, first occurrence first."""
+    return list(dict.fromkeys(required_name(v, what) for v in values))
+
+
+def check_content(value: object, what: str = "content") -> str:
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{what} must be a string")
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_CONTENT_BYTES:
+        raise InvalidArgument(f"{what} is {size} bytes; the limit is {MAX_CONTENT_BYTES} bytes")
+    return value
+
+
+def check_count(value: object, what: str, *, low: int = 0, high: int | None = None) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgument(f"{what} must be an integer")
+    if value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f">= {low}"
+        raise InvalidArgument(f"{what} must be {bound}, got {value}")
+    return value
+
+
+def check_limit(value: object) -> int:
+    return check_count(value, "limit", low=1, high=MAX_LIMIT)
+
+
+def check_since(value: object, what: str = "since") -> int:
+    """A cursor: None means from the start (0)."""
+    return 0 if value is None else check_count(value, what)
+
+
+def fts_query(query: object) -> str:
+    """A user's search words as an FTS5 query matching all of them (no operator injection)."""
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidArgument("query must be a non-empty string")
+    words = [w for w in re.split(r"\s+", query.strip()) if w][:MAX_QUERY_WORDS]
+    return " ".join('"' + w.replace('"', '""') + '"' for w in words)
+
+
+def agent_id_for(name: str) -> str:
+    """An agent's id is a pure function of its name: every replica agrees."""
+    digest = hashlib.blake2b(name.encode(), digest_size=8, person=b"peerd-agent").hexdigest()
+    return "ag_" + digest
+
+
+def chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]

@@ -1,0 +1,139 @@
+"""The part of a replica every area shares: its store, its identity, its
+listeners, and the one path by which a local change becomes a signed op.
+
+Invariants:
+* Every change is one signed op written in one transaction together with its
+  projections (``_write``); a call that raises has written nothing.
+* This node's seq and clock come from its newest op, read inside the write
+  transaction, so own seqs stay contiguous across processes sharing the file.
+* Listeners are called after the commit, from the writing thread, and only
+  when new ops were stored.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Self
+
+from replica import hlc as hlcmod
+from replica import identity as idmod
+from replica import ops as opsmod
+from replica import store
+from replica.checks import chunks
+from replica.errors import InvalidArgument, InvalidOp
+from replica.ops import KIND_MSG, KIND_SET, MAX_WRITES_PER_OP, Op
+from replica.store import Store
+
+Listener = Callable[[], None]
+BodyMaker = Callable[[int, int], dict[str, Any]]
+
+# This node's own seq and clock come from its newest op (no extra row to update per write):
+# own ops are always contiguous because each takes the next seq inside the write transaction.
+LAST_OWN = (
+    "SELECT (SELECT seq FROM ops WHERE oid = ?1 ORDER BY seq DESC LIMIT 1),"
+    " max(coalesce((SELECT hlc FROM ops WHERE oid = ?1 ORDER BY seq DESC LIMIT 1), 0), hlc)"
+    " FROM origins WHERE oid = ?1"
+)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def iso(ms: int | None) -> str | None:
+    """A wall-clock time in Unix ms as the API shows times (None stays None)."""
+    return None if ms is None else hlcmod.to_iso(hlcmod.pack(ms))
+
+
+def read_writes(key: list[str], delivered: int | None, now: int) -> list[list[Any]]:
+    """The register writes that record a receipt read at ``now`` (and delivered, if it was not)."""
+    writes: list[list[Any]] = [["rcpt", key, "r", now]]
+    return writes if delivered is not None else [*writes, ["rcpt", key, "d", now]]
+
+
+def const_body(body: dict[str, Any]) -> BodyMaker:
+    return lambda _seq, _hlc: body
+
+
+class ReplicaCore:
+    """Store, identity and the write path; the areas of ``Replica`` build on it."""
+
+    def __init__(self, st: Store, ident: idmod.Identity, *, wall: Callable[[], int] = now_ms,
+                 max_drift_ms: int = hlcmod.DEFAULT_MAX_DRIFT_MS) -> None:
+        self._store = st
+        self._ident = ident
+        self._wall = wall
+        self._max_drift_ms = max_drift_ms
+        self._listeners: list[Listener] = []
+        self._listen_lock = threading.Lock()
+        self._oids: dict[bytes, int] = {}  # origin key -> row id, for apply
+        self._floors: dict[tuple[str, str | None], int] = {}  # inbox floors, see Messaging._inbox_rows
+        with st.write() as cur:
+            self._self_oid = store.origin_id(cur, ident.public_key)
+
+    # -- identity and lifecycle -------------------------------------------------------
+
+    @property
+    def node_id(self) -> str:
+        return self._ident.node_id
+
+    @property
+    def node_key(self) -> bytes:
+        return self._ident.public_key
+
+    @property
+    def path(self) -> str:
+        return self._store.path
+
+    def close(self) -> None:
+        self._store.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener()`` (from the writing thread) after each commit of new ops."""
+        with self._listen_lock:
+            self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        with self._listen_lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+    def _notify(self) -> None:
+        with self._listen_lock:
+            listeners = list(self._listeners)
+        for cb in listeners:
+            cb()
+
+    # -- writing ops ----------------------------------------------------------------
+
+    def _write(self, kind: str, make_body: BodyMaker) -> tuple[int, Op]:
+        """Create, sign and store one local op; ``make_body(seq, hlc)`` builds its body."""
+        with self._store.write() as cur:
+            top, last = cur.execute(LAST_OWN, (self._self_oid,)).fetchone()
+            seq = int(top or 0) + 1
+            stamp = hlcmod.tick(int(last or 0), self._wall())
+            body = make_body(seq, stamp)
+            if kind != KIND_MSG:  # message bodies are built from arguments checked by the caller
+                try:
+                    opsmod.validate_body(kind, body)
+                except InvalidOp as exc:
+                    raise InvalidArgument(exc.reason) from None
+            raw = opsmod.encode(self.node_key, seq, stamp, kind, body, sign=self._ident.sign)
+            op = Op(self.node_key, seq, stamp, kind, body, raw)
+            lseq = store.store_op(cur, self._self_oid, op)
+            assert lseq is not None
+        self._notify()
+        return lseq, op
+
+    def _set(self, writes: list[list[Any]]) -> None:
+        """Write LWW registers ([table, key, field, value] each), as few ops as the size cap allows."""
+        for chunk in chunks(writes, MAX_WRITES_PER_OP):
+            self._write(KIND_SET, const_body({"w": chunk}))

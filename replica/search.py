@@ -1,0 +1,85 @@
+"""Full-text search and who sent last: projections kept off the write path.
+
+Invariants:
+* ``message_fts`` and ``senders`` hold exactly the messages with
+  ``lseq <= meta.fts_upto``; a reader catches them up first (``catch_up``),
+  so a query never misses a message that has landed.
+* Catching up runs in short write transactions of ``step`` ops, so other
+  writers interleave with a long backlog.
+* A query's words are matched as plain words (``checks.fts_query``): no FTS
+  operator reaches SQLite from a caller.
+"""
+
+from __future__ import annotations
+
+from replica import hlc as hlcmod
+from replica.checks import DEFAULT_LIMIT, MAX_LIMIT, check_count, check_limit, check_name, check_since, fts_query
+from replica.core import ReplicaCore
+from replica.models import SearchHit, SenderSeen
+
+_SEARCH = (
+    "SELECT m.id, m.lseq, m.sender, m.sender_inst, m.channel, m.thread, m.content, m.hlc"
+    " FROM message_fts f JOIN ops m ON m.lseq = f.rowid"
+    " WHERE message_fts MATCH ?1 AND m.lseq > ?2 AND (?3 IS NULL OR m.sender = ?3)"
+    " AND (?4 IS NULL OR m.channel = ?4 OR m.channel = 'broadcast'"
+    "      OR EXISTS (SELECT 1 FROM routes r WHERE r.role = ?4 AND r.lseq = m.lseq))"
+    " ORDER BY f.rank LIMIT ?5"
+)
+_INDEX_MESSAGES = (
+    "INSERT INTO message_fts(rowid, content, sender, channel)"
+    " SELECT lseq, content, sender, coalesce(channel, thread) FROM ops"
+    " WHERE lseq > ? AND lseq <= ? AND id IS NOT NULL"
+)
+_INDEX_SENDERS = (
+    "INSERT INTO senders(role, inst, hlc)"
+    " SELECT sender, coalesce(sender_inst, ''), max(hlc) FROM ops"
+    " WHERE lseq > ? AND lseq <= ? AND id IS NOT NULL AND thread IS NULL"
+    " GROUP BY sender, coalesce(sender_inst, '')"
+    " ON CONFLICT(role, inst) DO UPDATE SET hlc = max(hlc, excluded.hlc)"
+)
+_UPTO = "SELECT v FROM meta WHERE k = 'fts_upto'"
+_NEWEST = "SELECT coalesce(max(lseq), 0) FROM ops"
+
+
+class Search(ReplicaCore):
+    def search_messages(self, query: str, *, from_: str | None = None, channel: str | None = None,
+                        since: int | None = None, limit: int = DEFAULT_LIMIT) -> list[SearchHit]:
+        """Messages matching every word of ``query`` (best match first), optionally
+        only from one sender, on one channel role, or after local position ``since``."""
+        match = fts_query(query)
+        sender = check_name(from_, "from", optional=True)
+        role = check_name(channel, "channel", optional=True)
+        args = (match, check_since(since), sender, role, check_limit(limit))
+        self.catch_up()
+        with self._store.read() as cur:
+            rows = cur.execute(_SEARCH, args).fetchall()
+        return [SearchHit(r[0], r[1], r[2], r[3], r[4], r[5], r[6], hlcmod.to_iso(r[7])) for r in rows]
+
+    def recent_senders(self, limit: int = MAX_LIMIT) -> list[SenderSeen]:
+        """Every (role, instance) that has sent a message, most recently active first."""
+        limit = check_limit(limit)
+        self.catch_up()
+        with self._store.read() as cur:
+            rows = cur.execute("SELECT role, inst, hlc FROM senders ORDER BY hlc DESC LIMIT ?", (limit,)).fetchall()
+        return [SenderSeen(r[0], r[1] or None, hlcmod.to_iso(r[2]), r[2]) for r in rows]
+
+    def catch_up(self, step: int = 5000) -> None:
+        """Bring the search index and the senders table up to the newest message
+        (projections kept off the write path), ``step`` ops per short transaction."""
+        while self.catch_up_step(step):
+            pass
+
+    def catch_up_step(self, step: int = 5000) -> bool:
+        """Index up to ``step`` more ops; True if more remain."""
+        step = check_count(step, "step", low=1)
+        with self._store.read() as cur:
+            if int(cur.execute(_NEWEST).fetchone()[0]) <= int(cur.execute(_UPTO).fetchone()[0]):
+                return False
+        with self._store.write() as cur:
+            lo = int(cur.execute(_UPTO).fetchone()[0])
+            newest = int(cur.execute(_NEWEST).fetchone()[0])
+            hi = min(lo + step, newest)
+            cur.execute(_INDEX_MESSAGES, (lo, hi))
+            cur.execute(_INDEX_SENDERS, (lo, hi))
+            cur.execute("UPDATE meta SET v = ? WHERE k = 'fts_upto'", (hi,))
+        return hi < newest
