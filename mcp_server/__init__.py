@@ -12,10 +12,10 @@ Imports only ``replica`` of peerd. Entry points:
 from mcp_server.local_http import MCP_PATH, LocalHttpServer, LocalOnly, http_app
 from mcp_server.server import build_server
 from mcp_server.stdio import run_stdio
-from mcp_server.tools import TOOLS, Presence, SessionBinding
+from mcp_server.tools import TOOLS, SessionBinding
 from mcp_server.waiter import ReplicaWatcher, Waiter
 
 __all__ = [
-    "MCP_PATH", "TOOLS", "LocalHttpServer", "LocalOnly", "Presence", "ReplicaWatcher", "SessionBinding",
+    "MCP_PATH", "TOOLS", "LocalHttpServer", "LocalOnly", "ReplicaWatcher", "SessionBinding",
     "Waiter", "build_server", "http_app", "run_stdio",
 ]

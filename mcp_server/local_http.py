@@ -25,7 +25,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_server.server import ReplicaSource, build_server
-from mcp_server.tools import FleetIdProvider, PresenceProvider
+from mcp_server.tools import FleetIdProvider
 from mcp_server.waiter import Waiter
 
 MCP_PATH = "/mcp"
@@ -78,13 +78,13 @@ async def _forbidden(send: Send) -> None:
 
 
 def http_app(replica: ReplicaSource, *, waiter: Waiter, fleet_id: FleetIdProvider | None = None,
-             presence: PresenceProvider | None = None, path: str = MCP_PATH) -> ASGIApp:
+             path: str = MCP_PATH) -> ASGIApp:
     """The ASGI app serving MCP streamable HTTP at ``path``, local callers only.
 
     Its ASGI lifespan runs the MCP session manager: the host must run lifespan
     (``LocalHttpServer`` and uvicorn do), once.
     """
-    server = build_server(replica, waiter=waiter, bind=None, fleet_id=fleet_id, presence=presence)
+    server = build_server(replica, waiter=waiter, bind=None, fleet_id=fleet_id)
     # The SDK's own check answers a bad Host with 421; LocalOnly answers both with 403.
     inner = server.streamable_http_app(
         streamable_http_path=path,

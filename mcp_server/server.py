@@ -33,7 +33,6 @@ from mcp_server.tools import (
     Call,
     Env,
     FleetIdProvider,
-    PresenceProvider,
     SessionBinding,
     ToolSpec,
 )
@@ -163,15 +162,15 @@ def _version() -> str:
 
 
 def build_server(replica: ReplicaSource, *, waiter: Waiter, bind: SessionBinding | None = None,
-                 fleet_id: FleetIdProvider | None = None, presence: PresenceProvider | None = None) -> MCPServer[Any]:
+                 fleet_id: FleetIdProvider | None = None) -> MCPServer[Any]:
     """An MCP server with every peerd tool over ``replica`` (a Replica or a zero-argument provider).
 
     ``waiter`` blocks ``wait`` calls until the replica changes; ``bind`` is the session binding
-    when the transport cannot carry one (stdio); ``fleet_id`` and ``presence`` are optional
-    daemon hooks (called on the event loop: they must not block).
+    when the transport cannot carry one (stdio); ``fleet_id`` is an optional daemon hook
+    (called on the event loop: it must not block).
     """
     source: Callable[[], Replica] = (lambda: replica) if isinstance(replica, Replica) else replica
-    env = Env(source, waiter, bind or SessionBinding(), fleet_id, presence)
+    env = Env(source, waiter, bind or SessionBinding(), fleet_id)
     return MCPServer(
         "peerd",
         version=_version(),

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from mcp_server import schemas as s
 from mcp_server.waiter import Waiter
-from replica import Agent, InvalidArgument, NotFound, Profile, Replica, agent_id_for
+from replica import Agent, InvalidArgument, NotFound, Profile, Replica, SenderSeen, agent_id_for
 
 RECENT = timedelta(minutes=15)
 
@@ -43,19 +43,7 @@ class SessionBinding:
     instance: str | None = None
 
 
-@dataclass(frozen=True)
-class Presence:
-    """Liveness of one (role, instance) as the daemon knows it; merged into list_peers."""
-
-    id: str
-    instance_id: str | None
-    last_seen: str | None
-    reachable: bool
-    summary: str | None = None
-
-
 FleetIdProvider = Callable[[], "str | None"]
-PresenceProvider = Callable[[], Sequence[Presence]]
 
 
 @dataclass(frozen=True)
@@ -66,7 +54,6 @@ class Env:
     waiter: Waiter
     bind: SessionBinding
     fleet_id: FleetIdProvider | None = None
-    presence: PresenceProvider | None = None
 
 
 @dataclass(frozen=True)
@@ -116,12 +103,6 @@ def name_id(name: str, what: str) -> tuple[str, str]:
     if not clean:
         raise InvalidArgument(f"{what} must be a non-empty string")
     return clean, agent_id_for(clean)
-
-
-def receipt_state(delivered_at: str | None, read_at: str | None) -> str:
-    if read_at is not None:
-        return "read"
-    return "delivered" if delivered_at is not None else "pending"
 
 
 def seen_recently(stamp: str | None, now: datetime) -> bool:
@@ -226,7 +207,7 @@ async def message_status(call: Call, a: s.MessageStatusArgs) -> s.StatusOut:
     rows = await call.run(Replica.message_status, a.message_id)
     recipients = [
         s.RecipientOut(role=x.role, instance_id=x.instance, receipt_id=x.receipt_id,
-                       state=receipt_state(x.delivered_at, x.read_at), delivered_at=x.delivered_at,
+                       state=x.state, delivered_at=x.delivered_at,
                        read_at=x.read_at)
         for x in rows
     ]
@@ -249,21 +230,22 @@ async def search_messages(call: Call, a: s.SearchMessagesArgs) -> s.SearchOut:
     return await call.run(_search, a)
 
 
-def merge_peers(profiles: Sequence[s.ProfileOut], presence: Sequence[Presence], now: datetime) -> list[s.PeerOut]:
-    """Profiles give every role seen; the daemon's presence adds instances and liveness."""
+def merge_peers(profiles: Sequence[s.ProfileOut], senders: Sequence[SenderSeen], now: datetime) -> list[s.PeerOut]:
+    """Profiles give every role seen; senders (who sent when, on any machine of the fleet)
+    add instances and liveness, replacing a role's profile-only entry."""
     peers: dict[tuple[str, str | None], s.PeerOut] = {}
     for p in profiles:
         peers[(p.orchestrator_id, None)] = s.PeerOut(
             id=p.orchestrator_id, instance_id=None, name=p.name, summary=p.dynamic or p.static,
             last_seen=p.updated, reachable=seen_recently(p.updated, now))
     names = {p.orchestrator_id: p for p in profiles}
-    for live in presence:
-        base = names.get(live.id)
-        peers.pop((live.id, None), None)
-        peers[(live.id, live.instance_id)] = s.PeerOut(
-            id=live.id, instance_id=live.instance_id, name=base.name if base else None,
-            summary=live.summary or (base.dynamic or base.static if base else None),
-            last_seen=live.last_seen, reachable=live.reachable)
+    for x in senders:
+        base = names.get(x.role)
+        peers.pop((x.role, None), None)
+        peers[(x.role, x.instance)] = s.PeerOut(
+            id=x.role, instance_id=x.instance, name=base.name if base else None,
+            summary=base.dynamic or base.static if base else None,
+            last_seen=x.last_seen, reachable=seen_recently(x.last_seen, now))
     return [peers[k] for k in sorted(peers, key=lambda k: (k[0], k[1] or ""))]
 
 
@@ -272,19 +254,10 @@ def _profile_out(p: Profile) -> s.ProfileOut:
                         updated=p.updated)
 
 
-def senders_presence(rep: Replica) -> list[Presence]:
-    """Liveness from the replica alone: who sent what when (any machine of the fleet)."""
-    now = datetime.now(UTC)
-    return [Presence(id=x.role, instance_id=x.instance, last_seen=x.last_seen,
-                     reachable=seen_recently(x.last_seen, now)) for x in rep.recent_senders()]
-
-
 async def list_peers(call: Call, _a: s.NoArgs) -> s.PeersOut:
     profiles = [_profile_out(p) for p in await call.run(Replica.list_profiles)]
-    presence = list(await call.run(senders_presence))
-    if call.env.presence is not None:
-        presence += list(call.env.presence())
-    return s.PeersOut(peers=merge_peers(profiles, presence, datetime.now(UTC)))
+    senders = await call.run(Replica.recent_senders)
+    return s.PeersOut(peers=merge_peers(profiles, senders, datetime.now(UTC)))
 
 
 async def update_profile(call: Call, a: s.UpdateProfileArgs) -> s.ProfileOut:

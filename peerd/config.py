@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from discovery.seeds import format_seed
 from discovery.seeds import parse_seed as discovery_parse_seed
 from discovery.source import SeedError
 from peerd.errors import ConfigError
@@ -161,22 +162,9 @@ def parse_seed(seed: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
     return parsed.host, parsed.port
 
 
-def format_seed(host: str, port: int) -> str:
-    """The canonical `host:port` form (IPv6 in brackets)."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 def normalize_seed(seed: str) -> str:
     """Canonical form of a seed address."""
     return format_seed(*parse_seed(seed))
-
-
-def _parse_port(seed: str, port_text: str | None, default_port: int) -> int:
-    if port_text is None:
-        return default_port
-    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-        raise ConfigError(f"seed {seed!r}: port must be a number from 1 to 65535")
-    return int(port_text)
 
 
 def merge_seeds(*groups: Iterable[str]) -> tuple[str, ...]:

@@ -6,7 +6,8 @@ local ports, mDNS, every seed and every peer the daemon knows (reachable, same
 fleet), and each answering peer's clock against ours.
 
 Invariants:
-* Doctor changes nothing: the replica is opened read-only, test sockets are
+* Doctor changes nothing: the replica file is only looked at read-only
+  (``replica.check_file``; no SQL here), test sockets are
   bound only for a moment, and a peer is probed with a sealed ``peers``
   request that names no address of ours, so the peer records nothing.
 * Every finding is ``ok``, ``warn``, ``fail`` or ``skip``; every ``fail``
@@ -25,7 +26,6 @@ import http.client
 import json
 import os
 import socket
-import sqlite3
 import stat
 import time
 import urllib.request
@@ -35,14 +35,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgpack
-
 from discovery.netif import probe_mdns_port
+from discovery.seeds import format_seed
 from peerd import home as homes
 from peerd.config import Config, load_config, normalize_seed, parse_seed
 from peerd.errors import ConfigError, DaemonError, SealError
 from peerd.seal import open_sealed, seal
-from replica import identity
+from replica import StoreError, Undecodable, check_file, identity
+from replica.codec import pack, unpack
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 MDNS_PORT = 5353
@@ -178,18 +178,12 @@ def check_replica(home: Path) -> Finding:
     fix = ("stop the daemon and move the home aside; a fresh `peerd init` with the same fleet key "
            "refills the replica from the peers")
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
-        try:
-            result = str(conn.execute("PRAGMA quick_check").fetchone()[0])
-            messages = int(conn.execute("SELECT count(*) FROM messages").fetchone()[0])
-            ops = int(conn.execute("SELECT count(*) FROM ops").fetchone()[0])
-        finally:
-            conn.close()
-    except sqlite3.Error as exc:
+        found = check_file(path)
+    except StoreError as exc:
         return Finding("replica", FAIL, str(path), f"cannot be read as a replica: {exc}", fix)
-    if result != "ok":
-        return Finding("replica", FAIL, str(path), f"damaged: {result[:200]}", fix)
-    return Finding("replica", OK, str(path), f"intact; {messages:,} messages, {ops:,} ops")
+    if found.result != "ok":
+        return Finding("replica", FAIL, str(path), f"damaged: {found.result[:200]}", fix)
+    return Finding("replica", OK, str(path), f"intact; {found.messages:,} messages, {found.ops:,} ops")
 
 
 # -- the daemon and its ports --------------------------------------------------------------------
@@ -328,7 +322,7 @@ class Probe:
 
 
 def _request() -> bytes:
-    return msgpack.packb({"t": "peers", "k": []}, use_bin_type=True)  # type: ignore[no-any-return]
+    return pack({"t": "peers", "k": []})
 
 
 def clock_skew(date_header: str | None, sent: float, received: float, reply_ms: object = None) -> float | None:
@@ -390,11 +384,11 @@ def _classify(address: str, *, status: int, date: str | None, data: bytes, key: 
         return Probe(address, "wrong-fleet", "refused our sealed request: it belongs to another fleet "
                      "(different fleet key)", rtt=rtt, skew=clock_skew(date, sent, received))
     try:
-        reply = msgpack.unpackb(open_sealed(key, data), raw=False, strict_map_key=False)
+        reply = unpack(open_sealed(key, data), strict_map_key=False)
     except SealError:
         return Probe(address, "not-peerd", f"answers HTTP {status}, but not with a body sealed by our fleet key",
                      rtt=rtt)
-    except Exception:  # msgpack raises many unrelated types on garbage
+    except Undecodable:
         return Probe(address, "not-peerd", f"answers HTTP {status} with an unreadable body", rtt=rtt)
     node = reply.get("n") if isinstance(reply, dict) else None
     if status != 200 or not isinstance(node, bytes):
@@ -500,7 +494,7 @@ def run_checks(home: Path, *, timeout: float = 3.0) -> Report:
     cfg = in_force(file_cfg, status)
     peers = [p for p in (status or {}).get("peers", []) if isinstance(p, dict) and "address" in p]
     seeds = [_canonical(s) for s in cfg.seeds]
-    own = f"127.0.0.1:{status['peer_port']}" if status is not None and "peer_port" in status else None
+    own = format_seed("127.0.0.1", status["peer_port"]) if status is not None and "peer_port" in status else None
     addresses = [*seeds, *(p["address"] for p in peers), *([own] if own else [])]
     probes = probe_all(addresses, cfg.fleet_key, timeout, node_id)
     report.findings += check_ports(cfg, status, probes.get(own) if own else None)

@@ -4,9 +4,10 @@ Invariants:
 - Every error the daemon raises on purpose is a `DaemonError`; library exceptions
   (nacl, aiohttp, sqlite, tomllib, msgpack) are translated at the boundary where they
   occur and never leak through `peerd` functions.
-- Errors are split by who is at fault: `ConfigError` and `LocalRequestError` are
-  local (the user, the config file or a local caller), `PeerError` and its subclass
-  `SealError` are remote (another machine sent something bad or did not answer).
+- Errors are split by who is at fault: `ConfigError` is local (the user or the config
+  file; a bad local API call is the replica's `InvalidArgument` / `NotFound`), `PeerError`
+  and its subclass `SealError` are remote (another machine sent something bad or did not
+  answer).
 - Messages are written for the person reading them: they name the file, key or peer
   involved and, where one exists, the way out.
 """
@@ -43,14 +44,3 @@ class SealError(PeerError):
 
     A `PeerError` because such a body always comes from the other end of a connection.
     """
-
-
-class LocalRequestError(DaemonError):
-    """A local API call was malformed or asked for something impossible.
-
-    `status` is the HTTP status the local server answers with (400 unless said).
-    """
-
-    def __init__(self, message: str, *, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status

@@ -22,8 +22,6 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-import msgpack
-
 from peerd.config import (
     FLEET_KEY_BYTES,
     Config,
@@ -36,6 +34,8 @@ from peerd.config import (
 )
 from peerd.errors import ConfigError
 from peerd.home import config_path
+from replica import Undecodable
+from replica.codec import pack, unpack
 
 INVITE_PREFIX = "peerd1:"
 CHECK_BYTES = 4
@@ -51,7 +51,7 @@ def make_invite(fleet_key: bytes, seed_addr: str | Iterable[str]) -> str:
     seeds = _seed_list(seed_addr)
     if len(fleet_key) != FLEET_KEY_BYTES:
         raise ConfigError(f"fleet key must be {FLEET_KEY_BYTES} bytes, got {len(fleet_key)}")
-    payload: bytes = msgpack.packb({"k": fleet_key, "s": list(seeds)}, use_bin_type=True)
+    payload = pack({"k": fleet_key, "s": list(seeds)})
     body = payload + _check(payload)
     return INVITE_PREFIX + base64.urlsafe_b64encode(body).rstrip(b"=").decode("ascii")
 
@@ -132,8 +132,8 @@ def _decode_b64(encoded: str) -> bytes:
 
 def _parse_payload(payload: bytes) -> tuple[bytes, tuple[str, ...]]:
     try:
-        data = msgpack.unpackb(payload, raw=False)
-    except (ValueError, TypeError, msgpack.UnpackException):
+        data = unpack(payload)
+    except Undecodable:
         raise ConfigError("invite content is malformed") from None
     if not isinstance(data, dict):
         raise ConfigError("invite content is malformed")

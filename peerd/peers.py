@@ -12,12 +12,12 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from discovery.seeds import format_seed
 from replica import vector as vec
 
 FAIL_THRESHOLD = 3
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 30.0
-SOURCES = ("seed", "mdns", "exchange", "inbound")
 SOURCE_RANK = {"seed": 0, "mdns": 1, "exchange": 2, "inbound": 3}
 
 
@@ -44,7 +44,7 @@ class Peer:
 
     @property
     def addr(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return format_seed(self.host, self.port)
 
     @property
     def reachable(self) -> bool:

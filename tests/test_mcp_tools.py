@@ -20,8 +20,8 @@ from mcp_server import ReplicaWatcher, SessionBinding, build_server
 from mcp_server import schemas as s
 from mcp_server.local_http import host_allowed, origin_allowed
 from mcp_server.server import error_code, request_binding
-from mcp_server.tools import Presence, merge_peers
-from replica import InvalidArgument, NotFound, Replica, StoreError, open_home
+from mcp_server.tools import merge_peers
+from replica import InvalidArgument, NotFound, Replica, SenderSeen, StoreError, open_home
 
 TOOL_NAMES = {
     "send_message", "check_messages", "mark_as_read", "list_peers", "update_profile", "get_profile",
@@ -184,16 +184,16 @@ async def test_whoami_reports_node_and_fleet(node: Node) -> None:
                                               "instanceId": None}
 
 
-def test_merge_peers_prefers_daemon_presence() -> None:
-    """Presence from the daemon replaces a profile-only entry and adds instances and liveness."""
+def test_merge_peers_prefers_recent_senders() -> None:
+    """A role seen sending replaces its profile-only entry with its instance and liveness."""
     now = datetime(2030, 1, 1, tzinfo=UTC)
     old = (now - timedelta(hours=2)).isoformat()
     profiles = [s.ProfileOut(orchestrator_id=r, name=r.upper(), static="st", dynamic=None, updated=old)
                 for r in ("a", "b")]
-    live = [Presence("b", "b1", now.isoformat(), True, "on it")]
-    peers = merge_peers(profiles, live, now)
+    senders = [SenderSeen("b", "b1", now.isoformat(), 0), SenderSeen("c", None, old, 0)]
+    peers = merge_peers(profiles, senders, now)
     assert [(p.id, p.instance_id, p.name, p.summary, p.reachable) for p in peers] == [
-        ("a", None, "A", "st", False), ("b", "b1", "B", "on it", True)]
+        ("a", None, "A", "st", False), ("b", "b1", "B", "st", True), ("c", None, None, None, False)]
 
 
 # -- threads ---------------------------------------------------------------------------------
