@@ -17,8 +17,8 @@ from typing import IO, Any
 
 import pytest
 
-from peerd import cli
 from peerd import home as homes
+from peerd.cli import format as cli_format
 from peerd.config import load_config, save_config
 from replica import open_home
 from tests.daemons import PEERD, Daemon, Fleet, wait_until
@@ -184,18 +184,18 @@ def test_status_watch_shows_a_real_catch_up_as_a_progress_bar(fleet: Fleet) -> N
 
 def test_progress_bar_shows_percent_rate_and_eta() -> None:
     """The catch-up line has a bar, the percentage, done/total, the rate and the ETA."""
-    bar = cli.progress_bar({"peer": "10.0.0.2:7733", "done": 4520, "total": 10000, "rate": 1234.5, "eta": 4.4,
+    bar = cli_format.progress_bar({"peer": "10.0.0.2:7733", "done": 4520, "total": 10000, "rate": 1234.5, "eta": 4.4,
                             "percent": 45.2}, width=20)
     assert bar == ("catching up from 10.0.0.2:7733  [#########-----------]  45.2%  4,520/10,000 ops  "
                    "1,234 ops/s  ETA 4s")
-    assert "ETA ?" in cli.progress_bar({"peer": "p", "done": 0, "total": 5000, "rate": 0.0, "eta": None,
+    assert "ETA ?" in cli_format.progress_bar({"peer": "p", "done": 0, "total": 5000, "rate": 0.0, "eta": None,
                                         "percent": 0.0})
     status = {"node_id": "ab" * 32, "name": "n", "fleet_id": "f", "peer_url": "p", "local_url": "http://l",
               "mcp_url": "m", "uptime": 3, "totals": {"messages": 1, "receipts": 0, "ops": 1, "origins": 1},
               "peers": [], "live_peers": 0, "lag": 0,
               "catchup": {"peer": "x:1", "done": 1, "total": 2000, "rate": 10.0, "eta": 199.9, "percent": 0.1}}
-    assert "catching up from x:1" in cli.format_status(status) and "ETA 3m20s" in cli.format_status(status)
-    assert "catching up" not in cli.format_status({**status, "catchup": None})
+    assert "catching up from x:1" in cli_format.format_status(status) and "ETA 3m20s" in cli_format.format_status(status)
+    assert "catching up" not in cli_format.format_status({**status, "catchup": None})
 
 
 def test_peers_lists_each_peer_with_how_found_liveness_and_lag(duo: tuple[Daemon, Daemon]) -> None:

@@ -1,0 +1,58 @@
+"""The ``peerd`` command line.
+
+Commands: ``init``, ``invite``, ``join``, ``run``, ``mcp`` set up and serve a
+node; ``status``, ``peers`` ask the running daemon; ``send``, ``inbox``,
+``read``, ``log``, ``search``, ``threads``, ``profile`` work through the
+running daemon, or straight on the replica file when none runs; ``doctor``
+checks the home, config, key, ports, mDNS, seeds, peers and clocks and says
+what to fix. Every command takes ``--home DIR`` (default: ``$PEERD_HOME``,
+else the user data folder) and ``--json`` (machine-readable output; with
+``--watch`` / ``--follow``, one JSON object per line).
+
+Exit codes:
+  0    success (also when ``--watch`` / ``--follow`` is stopped with Ctrl-C)
+  1    the request failed: bad argument, unknown id, the daemon refused it
+  2    usage error: unknown command or flag, missing or malformed argument
+  3    no daemon is running for this home (``status``, ``peers``), or it stopped answering
+  4    no peerd home there (run ``peerd init``) for a command that works on the replica
+  5    ``peerd doctor`` found at least one problem
+  130  interrupted (Ctrl-C) anywhere else
+
+The package's modules: ``errors`` (exit codes), ``format`` (pure text
+formatting), ``backends`` (the daemon's local API or the replica file),
+``commands`` (one function per command) and ``parser``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Sequence
+
+from peerd.cli.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, CliError
+from peerd.cli.parser import build_parser
+from peerd.errors import ConfigError, DaemonError
+from replica import PeerdError
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        code = args.fn(args)
+    except CliError as exc:
+        print(f"peerd: {exc}", file=sys.stderr)
+        code = exc.code
+    except (ConfigError, DaemonError, PeerdError) as exc:
+        print(f"peerd: {exc}", file=sys.stderr)
+        code = EXIT_FAIL
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+    except BrokenPipeError:  # e.g. `peerd log --follow | head`
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's exit flush quiet
+        code = EXIT_OK
+    sys.exit(code)
+
+
+__all__ = ["main"]

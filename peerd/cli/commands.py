@@ -1,0 +1,278 @@
+"""The ``peerd`` commands: one ``cmd_*`` function per command, taking the parsed
+arguments and returning the exit code.
+
+Invariants:
+* A command prints its result once, as text or (``--json``) as the JSON the
+  local API returns; ``--watch`` / ``--follow`` print one record per line
+  and end with exit code 0 on Ctrl-C.
+* Failures are raised (``CliError``, or the project's own errors, which
+  ``main`` turns into exit codes); nothing here calls ``sys.exit``.
+* What only one command needs (the daemon, the MCP server, doctor, asyncio)
+  is imported inside it, so quick commands start quickly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from discovery.seeds import format_seed
+from peerd import home as homes
+from peerd.cli import format as fmt
+from peerd.cli.backends import Backend, backend, daemon
+from peerd.cli.errors import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, CliError
+from peerd.config import decode_fleet_key, init_home, load_config, with_overrides
+from peerd.invite import apply_invite, make_invite
+from replica import open_home
+
+FOLLOW_WAIT = 25.0  # seconds one long-poll of --follow waits for news
+OFFLINE_POLL = 0.5  # seconds between looks at the replica when following with no daemon
+
+
+def _home(args: argparse.Namespace) -> Path:
+    return homes.resolve_home(args.home)
+
+
+def _emit(args: argparse.Namespace, data: Any, text: Callable[[Any], str]) -> None:
+    print(json.dumps(data, indent=2, default=str) if args.json else text(data), flush=True)
+
+
+def _emit_line(args: argparse.Namespace, data: Any, text: Callable[[Any], str]) -> None:
+    """One record of a stream (--follow): a JSON line, or its text form."""
+    print(json.dumps(data, default=str) if args.json else text(data), flush=True)
+
+
+def parse_settings(items: Sequence[str]) -> dict[str, str]:
+    """``name=... static=... dynamic=...`` into a dict; a bad item is a usage error."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in ("name", "static", "dynamic"):
+            raise CliError(f"--set takes name=..., static=... or dynamic=..., not {item!r}", EXIT_USAGE)
+        out[key] = value
+    return out
+
+
+# -- commands that work on the home directly ----------------------------------------------------
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    key = decode_fleet_key(args.fleet_key) if args.fleet_key else None
+    cfg = init_home(_home(args), name=args.name, fleet_key=key)
+    with open_home(_home(args)) as rep:
+        node = rep.node_id
+    data = {"home": str(_home(args)), "node_id": node, "name": cfg.name, "fleet_id": cfg.fleet_id}
+    _emit(args, data, lambda d: f"initialised {d['home']}\n  node  {d['node_id']}\n  fleet {d['fleet_id']}")
+    return 0
+
+
+def _lan_address() -> str:
+    import socket  # noqa: PLC0415 - only this command needs it
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # TEST-NET address: no packet is sent by connect()
+            return str(s.getsockname()[0])
+        except OSError:
+            return "127.0.0.1"
+
+
+def cmd_invite(args: argparse.Namespace) -> int:
+    cfg = init_home(_home(args))
+    running = homes.read_daemon_json(_home(args))
+    port = int(running["peer_port"]) if running and "peer_port" in running else cfg.port  # type: ignore[call-overload]
+    host = args.host.removeprefix("[").removesuffix("]") if args.host else _lan_address()  # [v6] or v6
+    seed = format_seed(host, port)
+    token = make_invite(cfg.fleet_key, seed)
+    _emit(args, {"invite": token, "seed": seed, "fleet_id": cfg.fleet_id},
+          lambda d: f"{d['invite']}\n\nOn the other machine run:\n  peerd join {d['invite']}")
+    return 0
+
+
+def cmd_join(args: argparse.Namespace) -> int:
+    cfg = apply_invite(_home(args), args.token, force=args.force)
+    _emit(args, {"fleet_id": cfg.fleet_id, "seeds": list(cfg.seeds)},
+          lambda d: f"joined fleet {d['fleet_id']}; seeds: {', '.join(d['seeds'])}\nstart with: peerd run")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import asyncio  # noqa: PLC0415 - keeps quick commands quick to start
+
+    from peerd.daemon import run  # noqa: PLC0415
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    home = _home(args)
+    cfg = with_overrides(init_home(home), port=args.port, local_port=args.local_port,
+                         seeds=args.seed or (), mdns=False if args.no_mdns else None)
+    asyncio.run(run(home, cfg, bind=args.bind, advertise=args.advertise or _advertise(args.bind)))
+    return 0
+
+
+def _advertise(bind: str) -> str:
+    return "127.0.0.1" if bind in ("0.0.0.0", "::", "") else bind
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    import asyncio  # noqa: PLC0415 - keeps quick commands quick to start
+
+    try:
+        from mcp_server.stdio import run_stdio  # noqa: PLC0415 - heavy import, only for this command
+    except ImportError as exc:
+        raise CliError(f"the MCP server is not available: {exc}") from None
+    cfg_file = homes.config_path(_home(args))
+    fleet = load_config(cfg_file).fleet_id if cfg_file.exists() else None
+    asyncio.run(run_stdio(_home(args), role=args.role, instance=args.instance, fleet_id=fleet))
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from peerd import doctor  # noqa: PLC0415 - only this command needs it
+
+    report = doctor.run_checks(_home(args), timeout=args.timeout)
+    _emit(args, report.to_dict(), lambda _d: doctor.format_report(report))
+    return EXIT_UNHEALTHY if report.failed else EXIT_OK
+
+
+# -- commands that need the running daemon --------------------------------------------------------
+
+
+def _clear_screen() -> None:
+    if sys.stdout.isatty():
+        sys.stdout.write("\x1b[H\x1b[2J")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    api = daemon(_home(args))
+    if not args.watch:
+        _emit(args, api.call("GET", "/api/status"), fmt.format_status)
+        return 0
+    shown = 0
+    try:
+        while True:
+            st = api.call("GET", "/api/status")
+            if args.json:
+                _emit_line(args, st, fmt.format_status)
+            else:
+                _clear_screen()
+                stamp = time.strftime("%H:%M:%S")
+                print(f"{fmt.format_status(st)}\n\n[{stamp}] refreshing every {args.interval:g}s; Ctrl-C to stop",
+                      flush=True)
+            shown += 1
+            if args.count and shown >= args.count:
+                return 0
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
+
+
+def cmd_peers(args: argparse.Namespace) -> int:
+    _emit(args, daemon(_home(args)).call("GET", "/api/peers"), fmt.format_peers)
+    return 0
+
+
+# -- commands that work through the daemon or on the replica --------------------------------------
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    text = sys.stdin.read() if args.text == ["-"] else " ".join(args.text)
+    body = {"from": args.sender, "channel": args.to, "content": text,
+            "instanceId": args.instance, "fromInstanceId": args.from_instance}
+    with backend(_home(args)) as b:
+        sent = b.send(body)
+    _emit(args, sent, lambda d: f"sent {d['id']} to {', '.join(d['recipients'])}")
+    return 0
+
+
+def cmd_inbox(args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"recipient": args.role, "recipientInstanceId": args.instance, "limit": args.limit,
+                            "wait": args.wait, "all": args.all}
+    with backend(_home(args)) as b:
+        if not b.live:
+            body.pop("wait")
+        inbox = b.inbox(body)
+        if not args.follow:
+            _emit(args, inbox, lambda d: fmt.format_inbox(d, all_=args.all))
+            return 0
+        return _follow_inbox(args, b, body, inbox)
+
+
+def _follow_inbox(args: argparse.Namespace, b: Backend, body: dict[str, Any],
+                  first: dict[str, Any]) -> int:
+    """Print messages as they arrive (delivery is recorded; nothing is marked read)."""
+    batch = first
+    body = {**body, "all": False}
+    try:
+        while True:
+            for m in batch["messages"]:
+                _emit_line(args, m, fmt.format_inbox_message)
+            body["since"] = batch["cursor"]
+            if b.live:
+                body["wait"] = FOLLOW_WAIT
+            else:
+                time.sleep(OFFLINE_POLL)
+            batch = b.inbox(body)
+    except KeyboardInterrupt:
+        return 0
+
+
+def cmd_read(args: argparse.Namespace) -> int:
+    with backend(_home(args)) as b:
+        result = b.read(args.receipts)
+    _emit(args, result, lambda d: f"marked {d['marked']} read")
+    return 0
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    with backend(_home(args)) as b:
+        out = b.log(None, args.limit, 0)
+        if not args.follow:
+            _emit(args, out, fmt.format_log)
+            return 0
+        try:
+            while True:
+                for m in out["messages"]:
+                    _emit_line(args, m, fmt.format_message)
+                if not b.live:
+                    time.sleep(OFFLINE_POLL)
+                out = b.log(out["cursor"], 500, FOLLOW_WAIT if b.live else 0)
+        except KeyboardInterrupt:
+            return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    with backend(_home(args)) as b:
+        out = b.search(" ".join(args.query), args.sender, args.channel, args.since, args.limit)
+    _emit(args, out, fmt.format_search)
+    return 0
+
+
+def cmd_threads(args: argparse.Namespace) -> int:
+    with backend(_home(args)) as b:
+        rows = b.threads()
+    _emit(args, rows, fmt.format_threads)
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    fields = parse_settings(args.set or [])
+    if args.set is not None and args.id is None:
+        raise CliError("--set needs the profile's ID: peerd profile ID --set name=...", EXIT_USAGE)
+    with backend(_home(args)) as b:
+        if args.id is None:
+            _emit(args, b.profiles(), fmt.format_profiles)
+            return 0
+        if fields:
+            _emit(args, b.update_profile(args.id, fields), fmt.format_profile)
+            return 0
+        found = b.profile(args.id)
+    if found is None:
+        raise CliError(f"no profile for {args.id!r} (set one with: peerd profile {args.id} --set name=...)")
+    _emit(args, found, fmt.format_profile)
+    return 0

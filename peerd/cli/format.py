@@ -1,0 +1,154 @@
+"""How ``peerd`` prints results for people: pure functions from the JSON-ready
+dicts the local API returns (and ``--json`` prints as they are) to text.
+
+Invariants: no I/O and no state; the same dict gives the same text whether it
+came from the daemon or from the replica file directly; a missing value shows
+as ``-`` in tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from replica.models import receipt_state
+
+BAR_WIDTH = 30
+
+
+def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
+    cells = [list(map(str, header))] + [["-" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
+
+
+def ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    if seconds < 90:
+        return f"{seconds:.0f}s ago" if seconds >= 1 else "now"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f}m ago"
+    return f"{seconds / 3600:.0f}h ago"
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def progress_bar(catchup: dict[str, Any], width: int = BAR_WIDTH) -> str:
+    """``catching up from PEER [#####-----] 45.2% 4,520/10,000 ops 1,234 ops/s ETA 4s``."""
+    pct = max(0.0, min(100.0, float(catchup.get("percent") or 0.0)))
+    filled = round(width * pct / 100)
+    eta = "ETA ?" if catchup.get("eta") is None else f"ETA {duration(catchup['eta'])}"
+    return (f"catching up from {catchup['peer']}  [{'#' * filled}{'-' * (width - filled)}] {pct:5.1f}%  "
+            f"{catchup['done']:,}/{catchup['total']:,} ops  {catchup['rate']:,.0f} ops/s  {eta}")
+
+
+def peer_error(p: dict[str, Any]) -> str:
+    """A down peer's last error, without the address the table already shows."""
+    err = str(p.get("last_error") or "")
+    return "" if p["reachable"] else err.removeprefix(f"{p['address']}: ")
+
+
+def format_peers(peers: list[dict[str, Any]]) -> str:
+    if not peers:
+        return "no peers yet (add a seed with --seed HOST:PORT, or turn mDNS on)"
+    rows = []
+    for p in peers:
+        live = "yes" if p["reachable"] else "no"
+        error = peer_error(p)
+        node = (p["node_id"] or "?")[:16]
+        if p.get("name"):
+            node = f"{p['name']} ({node})"
+        rows.append((p["address"], node, p["found_by"], live, ago(p["last_seen_ago"]),
+                     ago(p["last_sync_ago"]), "?" if p["lag"] is None else p["lag"],
+                     error if len(error) <= 70 else error[:69] + "…"))
+    return table(rows, ["PEER", "NODE", "FOUND BY", "LIVE", "SEEN", "SYNCED", "LAG", "ERROR"])
+
+
+def format_status(d: dict[str, Any]) -> str:
+    t = d["totals"]
+    lines = [
+        f"node    {d['name']}  {d['node_id'][:16]}  up {duration(d.get('uptime'))}",
+        f"fleet   {d['fleet_id']}",
+        f"peer    {d['peer_url']}",
+        f"local   {d['local_url']}  (dashboard {d['local_url']}/dashboard, MCP {d['mcp_url']})",
+        f"totals  {t['messages']:,} messages, {t['receipts']:,} receipts, {t['ops']:,} ops from "
+        f"{t['origins']} nodes",
+        f"peers   {d['live_peers']} of {len(d['peers'])} live; peers lack {d['lag']:,} of our ops",
+    ]
+    conf = d.get("settings")
+    if isinstance(conf, dict):
+        seeds = ", ".join(conf.get("seeds") or []) or "none"
+        lines.append(f"finding mDNS {'on' if conf.get('mdns') else 'off'}; seeds: {seeds}")
+    if d.get("catchup"):
+        lines.append(progress_bar(d["catchup"]))
+    return "\n".join(lines) + "\n\n" + format_peers(d["peers"])
+
+
+def _who(role: str, instance: str | None) -> str:
+    return f"{role}@{instance}" if instance else role
+
+
+def format_message(m: dict[str, Any]) -> str:
+    """One line of the log: arrival position, time, sender -> target, text."""
+    target = (f"thread {m['thread']}" if m.get("thread")
+              else _who(m.get("channel") or "?", m.get("target_instance")))
+    content = " ".join(str(m["content"]).splitlines()) or '""'
+    return f"#{m['seq']:<6} {m['created']}  {_who(m['sender'], m.get('sender_instance'))} -> {target}: {content}"
+
+
+def format_log(d: dict[str, Any]) -> str:
+    return "\n".join(map(format_message, d["messages"])) or "no messages yet"
+
+
+def format_inbox(d: dict[str, Any], *, all_: bool = False) -> str:
+    if not d["messages"]:
+        return "no messages" if all_ else "no unread messages"
+    return "\n".join(format_inbox_message(m) for m in d["messages"])
+
+
+def format_inbox_message(m: dict[str, Any]) -> str:
+    state = receipt_state(m.get("delivered_at"), m.get("read_at"))
+    return (f"[{m['created']}] {_who(m['sender'], m.get('sender_instance'))} -> {m['channel']}: {m['content']}\n"
+            f"    receipt {m['receipt_id']}  ({state})")
+
+
+def format_search(d: dict[str, Any]) -> str:
+    if not d["hits"]:
+        return f"no messages match {d['query']!r}"
+    return "\n".join(f"{format_message(h)}\n    id {h['id']}" for h in d["hits"])
+
+
+def format_threads(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no threads"
+    return table([(r["thread_id"], ", ".join(r["participants"]), r["message_count"], r["latest_activity"])
+                  for r in rows], ["THREAD", "PARTICIPANTS", "MESSAGES", "LATEST"])
+
+
+def _clip(text: str | None, n: int = 40) -> str | None:
+    if text is None:
+        return None
+    flat = " ".join(text.splitlines())
+    return flat if len(flat) <= n else flat[: n - 1] + "…"
+
+
+def format_profiles(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no profiles"
+    return table([(p["orchestrator_id"], p["name"], _clip(p["static"]), _clip(p["dynamic"]), p["updated"])
+                  for p in rows], ["ID", "NAME", "STATIC", "DYNAMIC", "UPDATED"])
+
+
+def format_profile(p: dict[str, Any]) -> str:
+    rows = [("id", p["orchestrator_id"])] + [(k, p[k]) for k in ("name", "static", "dynamic", "updated")]
+    return "\n".join(f"{k:<8} {'-' if v is None else v}" for k, v in rows)
