@@ -459,9 +459,12 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         from mcp_server.stdio import run_stdio  # noqa: PLC0415 - heavy import, only for this command
     except ImportError as exc:
         raise CliError(f"the MCP server is not available: {exc}") from None
+    from peerd.feedlink import DaemonLink  # noqa: PLC0415
+
     cfg_file = homes.config_path(_home(args))
     fleet = load_config(cfg_file).fleet_id if cfg_file.exists() else None
-    asyncio.run(run_stdio(_home(args), role=args.role, instance=args.instance, fleet_id=fleet))
+    asyncio.run(run_stdio(_home(args), role=args.role, instance=args.instance, fleet_id=fleet,
+                          source=DaemonLink(_home(args))))
     return 0
 
 
