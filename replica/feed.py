@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Protocol
 
 from replica.api import Replica
+from replica.errors import StoreError
 
 log = logging.getLogger("replica.feed")
 
@@ -234,7 +235,7 @@ class _Reader:
     """The watch thread's own read-only connection: SQLite's data_version and the mark."""
 
     def __init__(self, path: str) -> None:
-        self.conn = sqlite3.connect(Path(path).absolute().as_uri() + "?mode=rw", uri=True,
+        self.conn = sqlite3.connect(Path(path).absolute().as_uri() + "?mode=rw", uri=True, timeout=30,
                                     isolation_level=None, check_same_thread=False)
         self.conn.execute("PRAGMA query_only = 1")
         self.version = self.data_version()
@@ -266,8 +267,16 @@ class FileWatch:
         self._thread: threading.Thread | None = None
 
     def start(self, feed: ChangeFeed) -> None:
-        self._wakeups = _Wakeups(self.path.parent, self._db_names, self._also)
-        reader = _Reader(str(self.path))  # opened before the first look: nothing slips in between
+        try:
+            reader = _Reader(str(self.path))
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot watch {self.path}: {exc}") from None
+        try:
+            self._wakeups = _Wakeups(self.path.parent, self._db_names, self._also)
+        except BaseException:
+            reader.conn.close()
+            raise
+        # The thread reads the mark only once the watch is armed, so no commit slips in between.
         self._thread = threading.Thread(target=self._run, args=(feed, self._wakeups, reader),
                                         name="peerd-feed-watch", daemon=True)
         self._thread.start()

@@ -156,13 +156,13 @@ async def test_stdio_follows_the_daemon_stream_and_falls_back_to_the_file(fleet:
     async with stdio(d.home, "beta") as c:
         pid = mcp_pid(d.home)
         assert watchers(pid) == 1
-        fleet.start(d)
+        await asyncio.to_thread(fleet.start, d)
         await asyncio.to_thread(wait_until, lambda: watchers(pid) == 0, 30, "peerd mcp to follow the daemon")
         call = await waiting_check(c)
         await asyncio.to_thread(peerd, "send", "--home", str(d.home), "--from", "alpha", "--to", "beta", "via daemon")
         assert await woken_with(call, time.monotonic(), c) == ["via daemon"]
 
-        assert d.stop() == 0
+        assert await asyncio.to_thread(d.stop) == 0
         await asyncio.to_thread(wait_until, lambda: watchers(pid) == 1, 30, "peerd mcp to watch the file again")
         call = await waiting_check(c)
         await asyncio.to_thread(peerd, "send", "--home", str(d.home), "--from", "alpha", "--to", "beta", "offline")
@@ -173,7 +173,7 @@ async def test_a_message_synced_from_a_peer_wakes_a_stdio_call(fleet: Fleet) -> 
     """A message sent on daemon A reaches daemon B by sync and wakes a `peerd mcp` call on B's home."""
     a, b = fleet.add("a"), fleet.add("b")
     fleet.mesh()
-    fleet.start()
+    await asyncio.to_thread(fleet.start)
     await asyncio.to_thread(live_with, a, b)
     async with stdio(b.home, "beta") as c:
         pid = mcp_pid(b.home)
