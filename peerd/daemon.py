@@ -22,7 +22,8 @@ from typing import Any
 from peerd import home as homes
 from peerd.config import Config
 from peerd.errors import DaemonError
-from peerd.local import LocalServer, build_app
+from peerd.lazymount import McpBuilder
+from peerd.local import LocalServer, build_app, mcp_builder
 from peerd.localapi import build_routes
 from peerd.node import Node
 from replica import Replica, open_home
@@ -31,12 +32,10 @@ from replica.feed import ChangeFeed
 log = logging.getLogger("peerd")
 
 
-def _mcp_app(node: Node) -> Any:
-    """The MCP streamable-HTTP app served at /mcp on the local port."""
-    from mcp_server.local_http import http_app  # noqa: PLC0415 - heavy import, only for the daemon
-
+def _mcp_app(node: Node) -> McpBuilder:
+    """What builds the MCP app at /mcp, on the first request to it (never at start)."""
     fleet = node.cfg.fleet_id
-    return http_app(node.rep, waiter=node.waiter, fleet_id=lambda: fleet)
+    return mcp_builder(node.rep, node.waiter, fleet_id=lambda: fleet)
 
 
 class Daemon:
@@ -86,8 +85,8 @@ class Daemon:
             await self.node.stop()
             raise
         self.info.update({
-            "local_port": self.local.port, "local_url": f"http://127.0.0.1:{self.local.port}",
-            "mcp_url": f"http://127.0.0.1:{self.local.port}/mcp", "started": time.time(),
+            "local_port": self.local.port, "local_url": self.local.url, "mcp_url": self.local.mcp_url,
+            "started": time.time(),
         })
         homes.write_daemon_json(self.home, self.info)
         log.info("peerd ready: node %s, peer port %d, local %s",
