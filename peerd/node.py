@@ -269,10 +269,11 @@ class Node:
             req, result = await asyncio.to_thread(protocol.step, gen, None)
             while req is not None:
                 reply = await self.call(peer, req)
-                if reply.get("n") == self.me:
+                answerer = protocol.envelope(reply).sender
+                if answerer == self.me:
                     self.table.drop_self(peer)
                     raise PeerError("is this node itself", peer=peer.addr)
-                self._learn(peer, reply)
+                self.table.succeeded(peer, time.monotonic(), answerer)
                 req, result = await asyncio.to_thread(protocol.step, gen, reply)
                 await self._track_progress(peer, reply)
         except (PeerError, RemoteError) as exc:
@@ -314,10 +315,6 @@ class Node:
         else:
             log.info("catching up from %s: %s%% (%d/%d ops, %s ops/s, ETA %s s)",
                      d["peer"], d["percent"], d["done"], d["total"], d["rate"], d["eta"])
-
-    def _learn(self, peer: Peer, reply: Msg) -> None:
-        node = reply.get("n")
-        self.table.succeeded(peer, time.monotonic(), node if isinstance(node, bytes) else None)
 
     def _after_round(self, peer: Peer, result: RoundResult) -> None:
         ours = result.ours or {}  # read by the round's last step, on its worker thread
