@@ -43,9 +43,9 @@ KEEPALIVE_SECONDS = 5.0
 RETRY_MS = 1000
 
 
-def status(node: Node, info: dict[str, Any]) -> dict[str, Any]:
-    stats = node.rep.stats()
-    peers = node.peers_report()
+async def status(node: Node, info: dict[str, Any]) -> dict[str, Any]:
+    stats = await asyncio.to_thread(node.rep.stats)
+    peers = await node.peers_report()
     return {
         **info,
         "uptime": round(time.time() - node.started, 1),
@@ -55,6 +55,8 @@ def status(node: Node, info: dict[str, Any]) -> dict[str, Any]:
         "lag": sum(p["lag"] or 0 for p in peers if p["reachable"]),
         "counters": dict(node.counters),
         "catchup": None if node.catchup is None else node.catchup.to_dict(),
+        "mdns": None if node.mdns is None else {"active": node.mdns.active, "announced": node.mdns.announced,
+                                                 "problem": node.mdns.problem},
         "settings": settings(node),
         "now": time.time(),
     }
@@ -133,13 +135,14 @@ def _node_routes(node: Node, info: dict[str, Any]) -> list[BaseRoute]:
     rep = node.rep
 
     async def get_status(_r: Request) -> Any:
-        return await asyncio.to_thread(status, node, info)
+        return await status(node, info)
 
     async def get_peers(_r: Request) -> Any:
-        return await asyncio.to_thread(node.peers_report)
+        return await node.peers_report()
 
     async def digest(_r: Request) -> Any:
-        return {"digest": await asyncio.to_thread(rep.state_digest), "vector_size": len(rep.vector())}
+        digest, size = await asyncio.to_thread(lambda: (rep.state_digest(), len(rep.vector())))
+        return {"digest": digest, "vector_size": size}
 
     return [
         route("/api/status", get_status, ["GET"]),

@@ -179,7 +179,12 @@ def test_status_watch_shows_a_real_catch_up_as_a_progress_bar(fleet: Fleet) -> N
     b.wait_ready()
     watch = follow("status", "--watch", "--interval", "0.1", home=b.home)
     wait_until(lambda: b.status()["totals"]["messages"] == BACKLOG, 60, "b caught up", interval=0.2)
-    time.sleep(0.3)
+
+    def frame_after_catch_up() -> bool:  # a whole frame printed since the catch-up ended
+        frames = "\n".join(watch.lines).split("refreshing every")
+        return len(frames) >= 3 and "catching up" not in frames[-2]
+
+    wait_until(frame_after_catch_up, 15, "a status frame without the progress bar")
     assert watch.stop() == 0
     bars = [line for line in watch.lines if line.startswith(f"catching up from {a.addr}")]
     assert bars, "no progress line while catching up:\n" + "\n".join(watch.lines[-20:])
