@@ -6,7 +6,10 @@ Invariants:
   DNS-rebinding check is off: one guard, one answer (403) for a foreign
   Host or Origin.
 * A session is bound by headers (``X-Peerd-Role``, ``X-Peerd-Instance``) or by
-  query parameters (``/mcp?role=&instance=``), read on every request.
+  query parameters (``/mcp?role=&instance=``), read on every request. A bound
+  session gets its mail pushed on its GET stream (``mcp_server.channel``;
+  ``StreamWatch`` sees the stream open and close); sessions stay stateful,
+  since a stateless one has no stream to push on.
 * The app's ASGI lifespan runs the MCP session manager: its host runs the
   lifespan once, from before the first request until shutdown.
 * Importing this module loads the MCP SDK (slow); the daemon does so in a
@@ -18,8 +21,9 @@ from __future__ import annotations
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp
 
-from mcp_server.server import ReplicaSource, build_server
-from mcp_server.tools import FleetIdProvider
+from mcp_server.channel import PushHub, StreamWatch, http_config
+from mcp_server.server import ReplicaSource, build_server, replica_source, request_binding
+from mcp_server.tools import FleetIdProvider, SessionBinding
 from mcp_server.waiter import Waiter
 
 MCP_PATH = "/mcp"
@@ -28,11 +32,13 @@ MCP_PATH = "/mcp"
 def http_app(replica: ReplicaSource, *, waiter: Waiter, fleet_id: FleetIdProvider | None = None,
              path: str = MCP_PATH) -> ASGIApp:
     """The ASGI app serving MCP streamable HTTP at ``path`` (host it behind ``LocalOnly``)."""
-    server = build_server(replica, waiter=waiter, bind=None, fleet_id=fleet_id)
-    return server.streamable_http_app(
+    hub = PushHub(replica_source(replica), waiter, lambda r: http_config(r, request_binding(r, SessionBinding())))
+    server = build_server(replica, waiter=waiter, bind=None, fleet_id=fleet_id, push=hub)
+    app = server.streamable_http_app(
         streamable_http_path=path,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
+    return StreamWatch(app, hub)
 
 
 __all__ = ["MCP_PATH", "http_app"]

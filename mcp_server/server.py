@@ -27,7 +27,8 @@ from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetad
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from mcp_server import schemas
+from mcp_server import resources, schemas
+from mcp_server.channel import PushHub, replay_tool
 from mcp_server.tools import (
     TOOLS,
     Call,
@@ -161,20 +162,30 @@ def _version() -> str:
         return "0"
 
 
+def replica_source(replica: ReplicaSource) -> Callable[[], Replica]:
+    return (lambda: replica) if isinstance(replica, Replica) else replica
+
+
 def build_server(replica: ReplicaSource, *, waiter: Waiter, bind: SessionBinding | None = None,
-                 fleet_id: FleetIdProvider | None = None) -> MCPServer[Any]:
-    """An MCP server with every peerd tool over ``replica`` (a Replica or a zero-argument provider).
+                 fleet_id: FleetIdProvider | None = None, push: PushHub | None = None) -> MCPServer[Any]:
+    """An MCP server with every peerd tool and resource over ``replica`` (a Replica or a
+    zero-argument provider).
 
     ``waiter`` blocks ``wait`` calls until the replica changes; ``bind`` is the session binding
     when the transport cannot carry one (stdio); ``fleet_id`` is an optional daemon hook
-    (called on the event loop: it must not block).
+    (called on the event loop: it must not block); ``push`` pushes mail and resource updates
+    to sessions (``mcp_server.channel``; without it there are neither).
     """
-    source: Callable[[], Replica] = (lambda: replica) if isinstance(replica, Replica) else replica
+    source = replica_source(replica)
     env = Env(source, waiter, bind or SessionBinding(), fleet_id)
-    return MCPServer(
+    specs = (*TOOLS, replay_tool(push)) if push is not None else TOOLS
+    server: MCPServer[Any] = MCPServer(
         "peerd",
         version=_version(),
         instructions=INSTRUCTIONS,
-        tools=[make_tool(spec, env) for spec in TOOLS],
+        tools=[make_tool(spec, env) for spec in specs],
         log_level="WARNING",
+        middleware=[push.middleware] if push is not None else None,
     )
+    resources.register(server, source)
+    return server

@@ -9,13 +9,17 @@ Invariants:
   through the feed's outside source: by default one ``FileWatch`` on the
   replica file; ``peerd mcp`` passes one that follows a running daemon's
   change stream instead.
+* With a bound role, the session is a Claude Code channel: new mail for the
+  role is pushed as it lands (``mcp_server.channel``), unless ``push`` is off.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 
+from mcp_server.channel import PushConfig, PushHub
 from mcp_server.server import build_server
 from mcp_server.tools import SessionBinding
 from mcp_server.waiter import FeedWaiter
@@ -24,18 +28,24 @@ from replica.feed import ChangeFeed, FileWatch, Source
 
 
 async def run_stdio(home: Path, role: str | None = None, instance: str | None = None, *,
-                    fleet_id: str | None = None, source: Source | None = None) -> None:
+                    fleet_id: str | None = None, source: Source | None = None, push: bool = True,
+                    push_from: Sequence[str] = ()) -> None:
     """Serve every peerd tool over stdin/stdout on the replica in ``home`` until stdin closes.
-    ``source`` tells the change feed about other processes' writes (default: a ``FileWatch``)."""
+    ``source`` tells the change feed about other processes' writes (default: a ``FileWatch``);
+    ``push`` / ``push_from`` (an allowlist of senders) shape the channel pushes of a bound session."""
     replica = await asyncio.to_thread(open_home, home)
     try:
         feed = await asyncio.to_thread(ChangeFeed, replica, source or FileWatch(replica.path))
         waiter = FeedWaiter(feed)
+        bind = SessionBinding(role, instance)
+        config = PushConfig(bind, enabled=push, senders=frozenset(push_from))
+        hub = PushHub(lambda: replica, waiter, lambda _request: config)
         try:
-            server = build_server(replica, waiter=waiter, bind=SessionBinding(role, instance),
+            server = build_server(replica, waiter=waiter, bind=bind, push=hub,
                                   fleet_id=(lambda: fleet_id) if fleet_id is not None else None)
             await server.run_stdio_async()
         finally:
+            await hub.aclose()
             waiter.close()
             await asyncio.to_thread(feed.close)
     finally:

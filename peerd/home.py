@@ -18,8 +18,6 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
-import platformdirs
-
 from peerd.errors import DaemonError
 
 APP_NAME = "peerd"
@@ -42,6 +40,8 @@ def resolve_home(
     elif env.get(HOME_ENV):
         chosen = Path(env[HOME_ENV])
     else:
+        import platformdirs  # noqa: PLC0415 - slow to import; only when no home is named (`peerd hook`)
+
         chosen = platformdirs.user_data_path(APP_NAME, appauthor=False)
     return chosen.expanduser().absolute()
 

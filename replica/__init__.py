@@ -2,55 +2,78 @@
 
 This package imports nothing else of peerd and never uses asyncio, so the merge
 and sync rules can be tested as pure functions.
+
+The names below load on first use: importing a light submodule (``replica.mailbox``,
+``replica.ids``) does not load the signing, codec and store modules, which a
+prompt hook that only reads must not pay for.
 """
 
-import logging
+from __future__ import annotations
+
+import importlib
 import os
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from replica import identity
-from replica.api import Replica, agent_id_for
-from replica.errors import (
-    InvalidArgument,
-    InvalidOp,
-    LocalError,
-    NotFound,
-    PeerdError,
-    RemoteError,
-    StoreError,
-    Undecodable,
-)
-from replica.models import (
-    Agent,
-    ApplyResult,
-    FileCheck,
-    Inbox,
-    InboxMessage,
-    LogMessage,
-    MessageLog,
-    Page,
-    Profile,
-    ReadState,
-    RecipientStatus,
-    SearchHit,
-    SenderSeen,
-    SentMessage,
-    Thread,
-    ThreadInfo,
-    ThreadMessage,
-    ThreadSummary,
-    receipt_state,
-)
-from replica.store import check_file
+if TYPE_CHECKING:
+    from pathlib import Path
 
-log = logging.getLogger("replica")
+    from replica.api import Replica, agent_id_for
+    from replica.errors import (
+        InvalidArgument,
+        InvalidOp,
+        LocalError,
+        NotFound,
+        PeerdError,
+        RemoteError,
+        StoreError,
+        Undecodable,
+    )
+    from replica.models import (
+        Agent,
+        ApplyResult,
+        FileCheck,
+        Inbox,
+        InboxMessage,
+        LogMessage,
+        MessageLog,
+        Page,
+        Profile,
+        ReadState,
+        RecipientStatus,
+        SearchHit,
+        SenderSeen,
+        SentMessage,
+        Thread,
+        ThreadInfo,
+        ThreadMessage,
+        ThreadSummary,
+        receipt_state,
+    )
+    from replica.store import check_file
 
 REPLICA_FILE = "replica.db"
 KEY_FILE = "node.key"
-
-
 ORPHAN_KEY_AGE = 60.0  # seconds; a key and its database are always created moments apart
+
+_ERRORS = ("InvalidArgument", "InvalidOp", "LocalError", "NotFound", "PeerdError", "RemoteError", "StoreError",
+           "Undecodable")
+_MODELS = ("Agent", "ApplyResult", "FileCheck", "Inbox", "InboxMessage", "LogMessage", "MessageLog", "Page",
+           "Profile", "ReadState", "RecipientStatus", "SearchHit", "SenderSeen", "SentMessage", "Thread",
+           "ThreadInfo", "ThreadMessage", "ThreadSummary", "receipt_state")
+_WHERE = {
+    "Replica": "replica.api", "agent_id_for": "replica.api", "check_file": "replica.store",
+    **dict.fromkeys(_ERRORS, "replica.errors"), **dict.fromkeys(_MODELS, "replica.models"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:  # a submodule (``from replica import hlc``) is then imported by the import system
+        raise AttributeError(f"module 'replica' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 def open_home(home: Path) -> Replica:
@@ -60,13 +83,18 @@ def open_home(home: Path) -> Replica:
     reused: its peers still hold its old ops, so new ops under the same key would reuse
     their seqs and be ignored by every peer. The replica starts as a new node instead.
     """
+    from replica import identity  # noqa: PLC0415 - loads signing: only when a replica is opened
+    from replica.api import Replica  # noqa: PLC0415
+
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
     key = home / KEY_FILE
     if not (home / REPLICA_FILE).exists() and key.exists() and time.time() - key.stat().st_mtime > ORPHAN_KEY_AGE:
+        import logging  # noqa: PLC0415 - only this rare path logs
+
         retired = key.with_name(f"{KEY_FILE}.retired-{int(time.time())}")
         os.replace(key, retired)
-        log.warning("replica database missing beside an old node key: retired the key as %s; "
-                    "this replica starts as a new node", retired.name)
+        logging.getLogger("replica").warning("replica database missing beside an old node key: retired the key "
+                                             "as %s; this replica starts as a new node", retired.name)
     return Replica.open(home / REPLICA_FILE, identity.load_or_create(key))
 
 

@@ -3,7 +3,8 @@
 Each area is a module of its own, built on ``core.ReplicaCore`` (store,
 identity, the write path): ``messaging`` (send, inbox, receipts, the log),
 ``search`` (full text, recent senders), ``profiles`` (profiles and agents),
-``threads``, and ``sync`` (vectors, pages of ops, apply, state checks). The
+``threads``, ``pending`` (mail not yet delivered, for pushes and hooks), and
+``sync`` (vectors, pages of ops, apply, state checks). The
 argument checks they share are pure functions in ``checks``.
 
 Invariants (of every method, whichever area holds it):
@@ -21,16 +22,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 from replica import identity as idmod
-from replica.checks import DEFAULT_LIMIT, MAX_LIMIT, agent_id_for, check_count, check_name
+from replica.checks import DEFAULT_LIMIT, MAX_LIMIT, check_count, check_name
 from replica.core import Listener, now_ms
+from replica.ids import agent_id_for
 from replica.messaging import Messaging
+from replica.pending import PendingMail
 from replica.search import Search
 from replica.store import Store
 from replica.sync import Sync
 from replica.threads import Threads
 
 
-class Replica(Messaging, Search, Threads, Sync):
+class Replica(Messaging, PendingMail, Search, Threads, Sync):
     """One replica: a SQLite file (or ``:memory:``) plus this node's identity."""
 
     @classmethod

@@ -11,7 +11,6 @@ Invariants:
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -97,12 +96,6 @@ def fts_query(query: object) -> str:
         raise InvalidArgument("query must not contain NUL characters")
     words = [w for w in re.split(r"\s+", query.strip()) if w][:MAX_QUERY_WORDS]
     return " ".join('"' + w.replace('"', '""') + '"' for w in words)
-
-
-def agent_id_for(name: str) -> str:
-    """An agent's id is a pure function of its name: every replica agrees."""
-    digest = hashlib.blake2b(name.encode(), digest_size=8, person=b"peerd-agent").hexdigest()
-    return "ag_" + digest
 
 
 def chunks(items: list[Any], size: int) -> Iterable[list[Any]]:

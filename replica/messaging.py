@@ -2,9 +2,9 @@
 
 Invariants:
 * Who sees a message is ``routing.visible_to``; the inbox queries implement it
-  once (``_INBOX_SOURCES`` finds what is filed under a role, ``_ADDRESSED``
-  applies the instance rules) and ``tests/test_routing.py`` checks both
-  queries against the pure rule.
+  once, in ``mailbox`` (``INBOX_SOURCES`` finds what is filed under a role,
+  ``ADDRESSED`` applies the instance rules), and ``tests/test_routing.py``
+  checks both queries against the pure rule.
 * Reading an inbox records *delivered* for what it returns unread; nothing
   else here writes except ``mark_as_read`` and sending.
 * Cursors are positions in the local arrival order (``lseq``), so a message
@@ -31,43 +31,18 @@ from replica.checks import (
 )
 from replica.core import ReplicaCore, const_body, iso, read_writes
 from replica.errors import InvalidArgument, NotFound
+from replica.ids import receipt_id
+from replica.mailbox import INBOX_SOURCES, inbox_sql, merged
 from replica.models import Inbox, InboxMessage, LogMessage, MessageLog, RecipientStatus, SentMessage
 from replica.ops import KIND_MSG
-from replica.store import receipt_id
 
-# Where messages to role ?1 after lseq ?3 are filed: its channel, broadcasts, and the routes of
-# multi-role messages (``routing.route_keys``; a one-role or broadcast message needs no route row).
-_INBOX_SOURCES = (
-    "SELECT lseq FROM ops WHERE channel = ?1 AND lseq > ?3",
-    "SELECT lseq FROM ops WHERE channel = 'broadcast' AND lseq > ?3",
-    "SELECT lseq FROM routes WHERE role = ?1 AND lseq > ?3",
-)
-# The instance rules of ``routing.visible_to`` for (role ?1, instance key ?2, instance ?4).
-_ADDRESSED = "(m.to_inst IS NULL OR m.to_inst = ?4) AND NOT (m.sender = ?1 AND coalesce(m.sender_inst, '') = ?2)"
-
-
-def _inbox_sql(source: str, *, unread_only: bool, order: str) -> str:
-    """One index scan of ``source`` in lseq ``order``, stopping at ``limit`` (?5) matches."""
-    return (
-        "SELECT m.lseq, m.id, m.sender, m.sender_inst, m.channel, m.to_inst, m.content, m.hlc, rc.read, rc.delivered"
-        f" FROM ({source} ORDER BY lseq {order}) c JOIN ops m ON m.lseq = c.lseq"
-        " LEFT JOIN receipts rc ON rc.msg_id = m.id AND rc.role = ?1 AND rc.inst = ?2"
-        f" WHERE {_ADDRESSED}{' AND rc.read IS NULL' if unread_only else ''} ORDER BY c.lseq {order} LIMIT ?5"
-    )
-
-
-_UNREAD = tuple(_inbox_sql(src, unread_only=True, order="ASC") for src in _INBOX_SOURCES)
-_LATEST = tuple(_inbox_sql(src, unread_only=False, order="DESC") for src in _INBOX_SOURCES)
+_UNREAD = tuple(inbox_sql(src, unread_only=True, order="ASC") for src in INBOX_SOURCES)
+_LATEST = tuple(inbox_sql(src, unread_only=False, order="DESC") for src in INBOX_SOURCES)
 
 _LOG_QUERY = (
     "SELECT m.lseq, m.id, m.sender, m.sender_inst, m.channel, m.to_inst, m.thread, m.content, m.hlc, a.name"
     " FROM ops m LEFT JOIN agents a ON m.thread IS NOT NULL AND a.id = m.sender"
 )
-
-
-def _merged(scans: list[Any], *, newest_first: bool) -> list[Any]:
-    """Rows of several scans as one list by lseq, each message once (a role may match twice)."""
-    return sorted({r[0]: r for r in scans}.values(), key=lambda r: r[0], reverse=newest_first)
 
 
 def _log_message(r: Any) -> LogMessage:
@@ -118,7 +93,7 @@ class Messaging(ReplicaCore):
         inst = check_name(recipient_instance_id, "recipientInstanceId", optional=True)
         args = (role, routing.instance_key(inst), check_since(since), inst, limit)
         with self._store.read() as cur:
-            rows = _merged([r for sql in _LATEST for r in cur.execute(sql, args)], newest_first=True)[:limit]
+            rows = merged([r for sql in _LATEST for r in cur.execute(sql, args)], newest_first=True)[:limit]
         msgs = [self._inbox_message(r, role, inst, None) for r in reversed(rows)]
         return Inbox(msgs, max([unread.cursor, *(m.seq for m in msgs)]))
 
@@ -135,7 +110,7 @@ class Messaging(ReplicaCore):
         floor = self._floors.get(key, 0)
         args = (role, routing.instance_key(inst), max(after, floor), inst, limit)
         with self._store.read() as cur:
-            rows = _merged([r for sql in _UNREAD for r in cur.execute(sql, args)], newest_first=False)
+            rows = merged([r for sql in _UNREAD for r in cur.execute(sql, args)], newest_first=False)
             newest = int(cur.execute("SELECT coalesce(max(lseq), 0) FROM ops").fetchone()[0])
             if after <= floor:
                 self._floors[key] = rows[0][0] - 1 if rows else newest

@@ -3,7 +3,7 @@
 Invariants:
 * A profile is three independent registers (name, static, dynamic) per
   orchestrator id: writing one never touches the others.
-* An agent's id is a pure function of its name (``checks.agent_id_for``), so
+* An agent's id is a pure function of its name (``ids.agent_id_for``), so
   every replica derives the same id without coordination; deleting an agent
   only clears its ``alive`` register, so the name can be taken again and gets
   the same id back.
@@ -11,9 +11,10 @@ Invariants:
 
 from __future__ import annotations
 
-from replica.checks import agent_id_for, check_content, required_name
+from replica.checks import check_content, required_name
 from replica.core import ReplicaCore, iso
 from replica.errors import InvalidArgument, NotFound
+from replica.ids import agent_id_for
 from replica.models import Agent, Profile
 
 _PROFILE = "SELECT id, name, static, dynamic, updated FROM profiles"

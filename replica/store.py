@@ -14,7 +14,6 @@ Invariants:
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 import threading
 import time
@@ -26,17 +25,12 @@ from typing import Any
 from replica import routing, schema
 from replica.errors import StoreError
 from replica.hlc import wall_of
+from replica.ids import receipt_id
 from replica.lww import join_key
 from replica.models import FileCheck
 from replica.ops import KIND_MSG, Op, message_id
 
 BUSY_TIMEOUT_MS = 30_000
-
-
-def receipt_id(msg_id: str, role: str, inst: str) -> str:
-    """A receipt's id: a pure function of (message, role, instance)."""
-    h = hashlib.blake2b(f"{msg_id}\x1f{role}\x1f{inst}".encode(), digest_size=12, person=b"peerd-rcpt")
-    return h.hexdigest()
 
 
 class Store:

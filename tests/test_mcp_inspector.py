@@ -69,7 +69,7 @@ def result_of(run: Run) -> Any:
 async def check_inspector(env: dict[str, str], target: list[str], command: list[str], role: str) -> None:
     """``target`` goes before the method options, ``command`` (a stdio server after ``--``) after them."""
     listed = result_of(await inspect(env, *target, "--method", "tools/list", "--strict", *command))
-    assert len(listed["tools"]) == 20
+    assert len(listed["tools"]) == 21  # the 20 tools and replay_unread
     assert all(t["description"] and t["outputSchema"] for t in listed["tools"])
     call = ["--method", "tools/call", "--tool-name"]
     sent = result_of(await inspect(env, *target, *call, "send_message", "--tool-args-json",

@@ -75,7 +75,7 @@ async def http_server(replica: Replica) -> AsyncIterator[LocalServer]:
 async def test_stdio_server_serves_tools_bound_by_command_line(home: Path, replica: Replica) -> None:
     """`python -m mcp_server --home DIR --role R --instance I` lists tools and writes the home's replica."""
     async with Client(stdio_params(home, "--role", "alpha", "--instance", "a1")) as c:
-        assert len((await c.list_tools()).tools) == 20
+        assert len((await c.list_tools()).tools) == 21  # the 20 tools and replay_unread
         me = data(await c.call_tool("whoami", {}))
         assert (me["nodeId"], me["role"], me["instanceId"]) == (replica.node_id, "alpha", "a1")
         sent = data(await c.call_tool("send_message", {"channel": "beta", "content": "over stdio"}))

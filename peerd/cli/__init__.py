@@ -3,7 +3,9 @@
 Commands: ``init``, ``invite``, ``join``, ``run``, ``mcp`` set up and serve a
 node; ``status``, ``peers`` ask the running daemon; ``send``, ``inbox``,
 ``read``, ``log``, ``search``, ``threads``, ``profile`` work through the
-running daemon, or straight on the replica file when none runs; ``doctor``
+running daemon, or straight on the replica file when none runs; ``hook`` prints
+a role's unread mail for Claude Code and Codex hooks (exit 0 even when it
+fails, 1 for a usage error: never 2, which would block the prompt); ``doctor``
 checks the home, config, key, ports, mDNS, seeds, peers and clocks and says
 what to fix. Every command takes ``--home DIR`` (default: ``$PEERD_HOME``,
 else the user data folder) and ``--json`` (machine-readable output; with
@@ -31,13 +33,19 @@ import sys
 from collections.abc import Sequence
 
 from peerd.cli.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, CliError
-from peerd.cli.parser import build_parser
 from peerd.errors import ConfigError, DaemonError
 from replica import PeerdError
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["hook"]:  # runs on every prompt: skip loading the other commands
+        from peerd.cli.hook import main as hook_main  # noqa: PLC0415
+
+        sys.exit(hook_main(words[1:]))
+    from peerd.cli.parser import build_parser  # noqa: PLC0415 - every other command's modules
+
+    args = build_parser().parse_args(words)
     try:
         code = args.fn(args)
     except CliError as exc:

@@ -131,8 +131,15 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from peerd.feedlink import DaemonLink  # noqa: PLC0415
 
     asyncio.run(run_stdio(_home(args), role=args.role, instance=args.instance, fleet_id=fleet,
-                          source=DaemonLink(_home(args))))
+                          source=DaemonLink(_home(args)), push=not args.no_push, push_from=args.push_from or ()))
     return 0
+
+
+def cmd_hook(args: argparse.Namespace) -> int:
+    """``peerd hook`` reached through the full parser (``main`` normally takes a faster path)."""
+    from peerd.cli import hook  # noqa: PLC0415
+
+    return hook.answer(args)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from peerd.cli import hook
 from peerd.cli.commands import (
     cmd_doctor,
+    cmd_hook,
     cmd_inbox,
     cmd_init,
     cmd_invite,
@@ -69,6 +71,10 @@ def _setup_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("mcp", parents=[common], help="serve MCP over stdio on this home's replica")
     s.add_argument("--role", help="bind this session to a role (used when a tool call omits it)")
     s.add_argument("--instance", help="bind this session to an instance id")
+    s.add_argument("--from", dest="push_from", action="append", metavar="ROLE",
+                   help="push only mail from this role or agent (repeatable; the rest waits for check_messages)")
+    s.add_argument("--no-push", action="store_true",
+                   help="no channel pushes (for clients without channels that use `peerd hook`)")
     s.set_defaults(fn=cmd_mcp)
 
 
@@ -126,6 +132,10 @@ def _messaging_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--limit", type=int, default=50, help="most messages to show (default 50)")
     s.add_argument("--wait", type=float, default=0, help="block up to this many seconds for a message")
     s.set_defaults(fn=cmd_inbox)
+
+    s = sub.add_parser("hook", parents=[common], help="print a role's unread mail for a Claude Code or Codex hook")
+    hook.add_arguments(s)
+    s.set_defaults(fn=cmd_hook)
 
     s = sub.add_parser("read", parents=[common], help="mark messages read by receipt id")
     s.add_argument("receipts", nargs="+", metavar="RECEIPT")

@@ -1,0 +1,149 @@
+"""A role's mail, read with nothing but sqlite3: the inbox queries, and pending mail for pushes
+and prompt hooks.
+
+Invariants:
+* The inbox SQL (``INBOX_SOURCES``, ``ADDRESSED``, ``inbox_sql``) is ``routing.visible_to``
+  written once, here; ``messaging`` reads inboxes with it and ``tests/test_routing.py``
+  checks it against the pure rule.
+* *Mail* of a reader (role, instance) is what its inbox holds unread, plus, if an agent
+  carries the role's name, the thread messages from others in that agent's threads that
+  the agent has not read (thread receipts are the agent's, instance key ``""``).
+  *Pending* narrows it to mail no one has delivered yet (no delivered time on its receipt).
+* Reads only. Importing this module loads no signing, codec or asyncio, so a prompt hook
+  with nothing to show never pays for them.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from replica.hlc import to_iso
+from replica.ids import agent_id_for, receipt_id
+
+BUSY_TIMEOUT_S = 5.0
+
+# Where messages to role ?1 after lseq ?3 are filed: its channel, broadcasts, and the routes of
+# multi-role messages (``routing.route_keys``; a one-role or broadcast message needs no route row).
+INBOX_SOURCES = (
+    "SELECT lseq FROM ops WHERE channel = ?1 AND lseq > ?3",
+    "SELECT lseq FROM ops WHERE channel = 'broadcast' AND lseq > ?3",
+    "SELECT lseq FROM routes WHERE role = ?1 AND lseq > ?3",
+)
+# The instance rules of ``routing.visible_to`` for (role ?1, instance key ?2, instance ?4).
+ADDRESSED = "(m.to_inst IS NULL OR m.to_inst = ?4) AND NOT (m.sender = ?1 AND coalesce(m.sender_inst, '') = ?2)"
+
+
+def inbox_sql(source: str, *, unread_only: bool, order: str, undelivered_only: bool = False) -> str:
+    """One index scan of ``source`` in lseq ``order``, stopping at ``limit`` (?5) matches."""
+    where = ADDRESSED + (" AND rc.read IS NULL" if unread_only else "")
+    where += " AND rc.delivered IS NULL" if undelivered_only else ""
+    return (
+        "SELECT m.lseq, m.id, m.sender, m.sender_inst, m.channel, m.to_inst, m.content, m.hlc, rc.read, rc.delivered"
+        f" FROM ({source} ORDER BY lseq {order}) c JOIN ops m ON m.lseq = c.lseq"
+        " LEFT JOIN receipts rc ON rc.msg_id = m.id AND rc.role = ?1 AND rc.inst = ?2"
+        f" WHERE {where} ORDER BY c.lseq {order} LIMIT ?5"
+    )
+
+
+def merged(scans: Iterable[Any], *, newest_first: bool) -> list[Any]:
+    """Rows of several scans as one list by lseq, each message once (a role may match twice)."""
+    return sorted({r[0]: r for r in scans}.values(), key=lambda r: r[0], reverse=newest_first)
+
+
+_MAIL = tuple(inbox_sql(src, unread_only=True, order="ASC") for src in INBOX_SOURCES)
+_PENDING = tuple(inbox_sql(src, unread_only=True, order="ASC", undelivered_only=True) for src in INBOX_SOURCES)
+
+
+def _thread_sql(*, undelivered_only: bool) -> str:
+    """Unread thread messages from others in agent ?1's threads after lseq ?2, at most ?3."""
+    return (
+        "SELECT m.lseq, m.id, m.sender, m.thread, m.content, m.hlc, rc.delivered, a.name"
+        " FROM members mb JOIN ops m ON m.thread = mb.thread AND m.lseq > ?2"
+        " LEFT JOIN receipts rc ON rc.msg_id = m.id AND rc.role = ?1 AND rc.inst = ''"
+        " LEFT JOIN agents a ON a.id = m.sender"
+        " WHERE mb.agent = ?1 AND mb.present = 1 AND m.sender != ?1 AND rc.read IS NULL"
+        f"{' AND rc.delivered IS NULL' if undelivered_only else ''} ORDER BY m.lseq LIMIT ?3"
+    )
+
+
+_THREAD_MAIL = _thread_sql(undelivered_only=False)
+_THREAD_PENDING = _thread_sql(undelivered_only=True)
+
+
+class Mail(NamedTuple):
+    """One message of a reader's mail. ``key`` is its receipt's key (message, role, instance key);
+    ``sender`` is a role, or an agent's name for a thread message."""
+
+    seq: int
+    id: str
+    receipt_id: str
+    sender: str
+    sender_instance: str | None
+    channel: str | None
+    target_instance: str | None
+    thread: str | None
+    content: str
+    created: str
+    delivered: int | None
+    key: tuple[str, str, str]
+
+
+def _inbox_mail(r: Any, role: str, inst_key: str) -> Mail:
+    return Mail(r[0], r[1], receipt_id(r[1], role, inst_key), r[2], r[3], r[4], r[5], None, r[6], to_iso(r[7]),
+                r[9], (r[1], role, inst_key))
+
+
+def _thread_mail(r: Any, aid: str) -> Mail:
+    return Mail(r[0], r[1], receipt_id(r[1], aid, ""), r[7] or r[2], None, None, None, r[3], r[4], to_iso(r[5]),
+                r[6], (r[1], aid, ""))
+
+
+def mail(cur: sqlite3.Cursor, role: str, instance: str | None = None, *, after: int = 0, limit: int = 50,
+         pending_only: bool = True, threads: bool = True) -> list[Mail]:
+    """The first ``limit`` messages of (role, instance)'s mail after lseq ``after``, by lseq;
+    ``pending_only``: only what was never delivered. Names must already be checked."""
+    inst_key = instance or ""
+    scans = _PENDING if pending_only else _MAIL
+    args = (role, inst_key, after, instance, limit)
+    out = [_inbox_mail(r, role, inst_key) for r in merged((r for sql in scans for r in cur.execute(sql, args)),
+                                                           newest_first=False)]
+    if threads:
+        aid = agent_id_for(role)
+        sql = _THREAD_PENDING if pending_only else _THREAD_MAIL
+        out += [_thread_mail(r, aid) for r in cur.execute(sql, (aid, after, limit))]
+        out.sort(key=lambda m: m.seq)
+    return out[:limit]
+
+
+def mark(cur: sqlite3.Cursor) -> int:
+    """The replica's newest arrival position (``max_lseq``)."""
+    return int(cur.execute("SELECT coalesce(max(lseq), 0) FROM ops").fetchone()[0])
+
+
+def connect(path: str | Path) -> sqlite3.Connection:
+    """A connection that only reads a replica file (one that exists: it is never created)."""
+    conn = sqlite3.connect(Path(path).absolute().as_uri() + "?mode=rw", uri=True, timeout=BUSY_TIMEOUT_S,
+                           isolation_level=None)
+    conn.execute("PRAGMA query_only = 1")
+    return conn
+
+
+def undelivered_keys(items: Sequence[Mail]) -> list[tuple[str, str, str]]:
+    """The receipt keys of ``items`` that have no delivered time yet (once each)."""
+    return list(dict.fromkeys(m.key for m in items if m.delivered is None))
+
+
+def delivered_among(cur: sqlite3.Cursor, keys: Iterable[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
+    """Which of these receipt keys already have a delivered time."""
+    sql = "SELECT 1 FROM receipts WHERE msg_id = ? AND role = ? AND inst = ? AND delivered IS NOT NULL"
+    return {key for key in keys if cur.execute(sql, key).fetchone() is not None}
+
+
+def thread_tail(cur: sqlite3.Cursor, thread_id: str, limit: int) -> list[tuple[int, str, str, str, str]]:
+    """The newest ``limit`` messages of a thread, oldest first: (seq, id, sender id, content, created)."""
+    rows = cur.execute("SELECT lseq, id, sender, content, hlc FROM ops WHERE thread = ? ORDER BY lseq DESC LIMIT ?",
+                       (thread_id, limit)).fetchall()
+    return [(r[0], r[1], r[2], r[3], to_iso(r[4])) for r in reversed(rows)]
