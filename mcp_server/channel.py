@@ -263,6 +263,9 @@ class PushHub:
         stdio = ctx.request is None
         key = None if stdio else session_key(ctx.request)
         if ctx.method in ("resources/subscribe", "resources/unsubscribe"):
+            if not stdio and key is None:
+                raise MCPError(code=INVALID_PARAMS, message="invalid_argument: subscriptions need a session "
+                               "(a stateful MCP session with an mcp-session-id)")
             return await self._subscription(self._session(key, stdio=stdio), ctx)
         if ctx.method == "initialize":
             return decorate_initialize(await call_next(ctx), self._config_of(ctx.request))
@@ -315,6 +318,8 @@ class PushHub:
                 await self._waiter.wait_beyond(seen)
         except PeerdError as exc:  # the replica failed: stop pushing, the tools still report errors
             log.warning("stopped pushing to session %s: %s", s.key or "stdio", exc)
+        except Exception:  # a bug: say so once, and leave the session's tools working
+            log.exception("stopped pushing to session %s", s.key or "stdio")
 
     async def _push_new(self, s: Session, mark: int) -> bool:
         cfg = s.config
