@@ -345,20 +345,35 @@ class PushHub:
                 return True
 
     async def _push(self, s: Session, mail: Sequence[Mail]) -> bool:
-        """Push each message, then record delivered for those written; False if the session is gone."""
+        """Push each message, then record delivered for those written; False if the session is gone.
+
+        A message counts as written from the moment it is handed over: if the follower is
+        cancelled (the session ends) while the transport takes it, it may have gone out, and
+        it is recorded rather than pushed twice. The recording runs even then."""
         sent: list[Mail] = []
-        alive = True
-        for m in mail:
-            event = ChannelNotification(params=ChannelParams(content=framing.channel_content(m),
-                                                             meta=framing.channel_meta(m)))
-            if not await s.send(event):
-                alive = False
-                break
-            sent.append(m)
-        if sent:
-            s.pushed += len(sent)
-            await self._run(Replica.record_delivered, sent)
-        return alive
+        try:
+            for m in mail:
+                event = ChannelNotification(params=ChannelParams(content=framing.channel_content(m),
+                                                                 meta=framing.channel_meta(m)))
+                sent.append(m)
+                if not await s.send(event):
+                    sent.pop()
+                    return False
+            return True
+        finally:
+            if sent:
+                s.pushed += len(sent)
+                await self._record(sent)
+
+    async def _record(self, sent: Sequence[Mail]) -> None:
+        """Record delivery, and let it land even if the follower is cancelled meanwhile (the
+        next session must not see these as pending)."""
+        write = asyncio.ensure_future(self._run(Replica.record_delivered, sent))
+        try:
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            await write
+            raise
 
     async def _update_subs(self, s: Session) -> bool:
         for uri, last in list(s.subs.items()):
