@@ -74,6 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="peerd hook", description="Print a role's unread mail for a Claude Code or Codex hook.")
     p.add_argument("--home", help="home folder (default: $PEERD_HOME or the user data folder)")
+    p.add_argument("--json", action="store_true", help="accepted like every command's; the output is JSON anyway")
     add_arguments(p)
     return p
 

@@ -68,7 +68,8 @@ def _setup_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     s.set_defaults(fn=cmd_run)
 
-    s = sub.add_parser("mcp", parents=[common], help="serve MCP over stdio on this home's replica")
+    s = sub.add_parser("mcp", parents=[common],
+                       help="serve MCP over stdio on this home's replica (with --role, a Claude Code channel)")
     s.add_argument("--role", help="bind this session to a role (used when a tool call omits it)")
     s.add_argument("--instance", help="bind this session to an instance id")
     s.add_argument("--from", dest="push_from", action="append", metavar="ROLE",
