@@ -32,6 +32,7 @@ from replica.models import (
     Page,
     Profile,
     ReadState,
+    RecipientCheck,
     RecipientStatus,
     SearchHit,
     SenderSeen,
@@ -42,6 +43,7 @@ from replica.models import (
     ThreadSummary,
     receipt_state,
 )
+from replica.routing import DEFAULT_BROADCAST_HISTORY_MS
 from replica.store import check_file
 
 log = logging.getLogger("replica")
@@ -53,7 +55,7 @@ KEY_FILE = "node.key"
 ORPHAN_KEY_AGE = 60.0  # seconds; a key and its database are always created moments apart
 
 
-def open_home(home: Path) -> Replica:
+def open_home(home: Path, *, broadcast_history_ms: int = DEFAULT_BROADCAST_HISTORY_MS) -> Replica:
     """Open the replica kept in ``home`` (creating folder, key and database if needed).
 
     A node key whose database is gone (deleted, restored without it) is retired, not
@@ -67,12 +69,13 @@ def open_home(home: Path) -> Replica:
         os.replace(key, retired)
         log.warning("replica database missing beside an old node key: retired the key as %s; "
                     "this replica starts as a new node", retired.name)
-    return Replica.open(home / REPLICA_FILE, identity.load_or_create(key))
+    return Replica.open(home / REPLICA_FILE, identity.load_or_create(key), broadcast_history_ms=broadcast_history_ms)
 
 
 __all__ = [
     "Agent", "ApplyResult", "FileCheck", "Inbox", "InboxMessage", "InvalidArgument", "InvalidOp", "LocalError",
-    "LogMessage", "MessageLog", "NotFound", "Page", "PeerdError", "Profile", "ReadState", "RecipientStatus",
+    "LogMessage", "MessageLog", "NotFound", "Page", "PeerdError", "Profile", "ReadState", "RecipientCheck",
+    "RecipientStatus",
     "RemoteError", "Replica", "SearchHit", "SenderSeen", "SentMessage", "StoreError", "Thread", "ThreadInfo",
     "ThreadMessage", "ThreadSummary", "Undecodable",
     "agent_id_for", "check_file", "open_home", "receipt_state",
