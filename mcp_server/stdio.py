@@ -21,13 +21,15 @@ from mcp_server.tools import SessionBinding
 from mcp_server.waiter import FeedWaiter
 from replica import open_home
 from replica.feed import ChangeFeed, FileWatch, Source
+from replica.routing import DEFAULT_BROADCAST_HISTORY_MS
 
 
 async def run_stdio(home: Path, role: str | None = None, instance: str | None = None, *,
-                    fleet_id: str | None = None, source: Source | None = None) -> None:
+                    fleet_id: str | None = None, source: Source | None = None,
+                    broadcast_history_ms: int = DEFAULT_BROADCAST_HISTORY_MS) -> None:
     """Serve every peerd tool over stdin/stdout on the replica in ``home`` until stdin closes.
     ``source`` tells the change feed about other processes' writes (default: a ``FileWatch``)."""
-    replica = await asyncio.to_thread(open_home, home)
+    replica = await asyncio.to_thread(lambda: open_home(home, broadcast_history_ms=broadcast_history_ms))
     try:
         feed = await asyncio.to_thread(ChangeFeed, replica, source or FileWatch(replica.path))
         waiter = FeedWaiter(feed)
