@@ -283,8 +283,12 @@ async def whoami(call: Call, _a: s.NoArgs) -> s.WhoamiOut:
 
 
 def _create_agent(r: Replica, name: str) -> s.AgentOut:
-    clean, _aid = name_id(name, "name")
-    return s.AgentOut(agent_id=r.create_agent(clean), name=clean)
+    """Get or create, as AgentMsgs' tool does: a worker calls it on every start."""
+    clean, aid = name_id(name, "name")
+    existing = r.get_agent(aid)
+    if existing is not None and existing.alive:
+        return s.AgentOut(agent_id=aid, name=existing.name, created=False)
+    return s.AgentOut(agent_id=r.create_agent(clean), name=clean, created=True)
 
 
 async def create_agent(call: Call, a: s.CreateAgentArgs) -> s.AgentOut:
@@ -312,7 +316,7 @@ async def delete_account(call: Call, a: s.DeleteAccountArgs) -> s.DeletedOut:
 def _create_thread(r: Replica, names: list[str]) -> s.ThreadOut:
     ids = [_known_agent(r, n, "participant name")[1].id for n in names]
     if len(set(ids)) < 2:
-        raise InvalidArgument("need at least two different participants")
+        raise InvalidArgument("need >=2 participants (two different registered agents)")
     return _thread_out(r, r.create_thread(*ids))
 
 
@@ -335,7 +339,7 @@ def _leave_thread(r: Replica, tid: str, name: str) -> s.ThreadOut:
     members = _require_thread(r, tid)
     clean, aid = name_id(name, "agent_name")
     if aid not in members:
-        raise InvalidArgument(f"{clean!r} is not a participant of thread {tid!r}")
+        raise InvalidArgument(f"agent not in thread: {clean!r} is not a participant of thread {tid!r}")
     r.leave_thread(tid, aid)
     return _thread_out(r, tid)
 
@@ -349,8 +353,11 @@ def _thread_info(r: Replica, tid: str) -> s.ThreadInfoOut:
     if info is None:
         raise NotFound(f"unknown thread {tid!r}")
     names = _names(r, info.participants)
+    # Thread seqs run 1..message_count with no gap, so the latest message is the one after count - 1.
+    latest = _poll(r, tid, info.message_count - 1, 1).messages if info.message_count else []
     return s.ThreadInfoOut(thread_id=info.thread_id, participants=[names[p] for p in info.participants],
-                           message_count=info.message_count, latest_activity=info.latest_activity)
+                           message_count=info.message_count, latest_activity=info.latest_activity,
+                           latest_message=latest[0] if latest else None)
 
 
 async def thread_info(call: Call, a: s.ThreadArgs) -> s.ThreadInfoOut:
@@ -380,8 +387,9 @@ def _append(r: Replica, tid: str, name: str, content: str) -> s.AppendOut:
     members = _require_thread(r, tid)
     clean, aid = name_id(name, "sender_name")
     if aid not in members:
-        raise InvalidArgument(f"{clean!r} is not a participant of thread {tid!r} (join_thread first)")
-    return s.AppendOut(thread_id=tid, sender_name=clean, seq=r.append(tid, aid, content))
+        raise InvalidArgument(f"sender not in thread: {clean!r} is not a participant of thread {tid!r} "
+                              "(join_thread first)")
+    return s.AppendOut(thread_id=tid, sender_name=clean, seq=r.append(tid, aid, content).seq)
 
 
 async def append(call: Call, a: s.AppendArgs) -> s.AppendOut:
@@ -453,7 +461,7 @@ TOOLS: tuple[ToolSpec[Any, Any], ...] = (
              search_messages, _READ),
     ToolSpec("whoami", "Show this node's id, its fleet id and the role and instance this session is "
              "bound to.", s.NoArgs, s.WhoamiOut, whoami, _READ),
-    ToolSpec("create_agent", "Register a named agent for threads; returns its agent_id.",
+    ToolSpec("create_agent", "Get or create a named agent for threads; returns its agent_id.",
              s.CreateAgentArgs, s.AgentOut, create_agent, _ADD),
     ToolSpec("delete_account", "Delete an agent by its agent_id; it can no longer join threads.",
              s.DeleteAccountArgs, s.DeletedOut, delete_account, _DROP),
@@ -463,7 +471,7 @@ TOOLS: tuple[ToolSpec[Any, Any], ...] = (
              s.ThreadAgentArgs, s.ThreadOut, join_thread, _SET),
     ToolSpec("leave_thread", "Remove an agent, by name, from a thread.",
              s.ThreadAgentArgs, s.ThreadOut, leave_thread, _DROP),
-    ToolSpec("thread_info", "Show a thread's participants, message count and latest activity.",
+    ToolSpec("thread_info", "Show a thread's participants, message count, latest activity and latest message.",
              s.ThreadArgs, s.ThreadInfoOut, thread_info, _READ),
     ToolSpec("thread_status", "Show an agent's read position and unread counts in a thread.",
              s.ThreadAgentArgs, s.ThreadStatusOut, thread_status, _READ),
