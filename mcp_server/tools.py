@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from mcp_server import schemas as s
 from mcp_server.waiter import Waiter
-from replica import Agent, InvalidArgument, NotFound, Profile, Replica, SenderSeen, agent_id_for
+from replica import Agent, InvalidArgument, NotFound, Profile, Replica, SenderSeen
 
 RECENT = timedelta(minutes=15)
 
@@ -98,11 +98,11 @@ def instance_of(explicit: str | None, role: str, bind: SessionBinding) -> str | 
     return bind.instance if bind.role is not None and role == bind.role.strip() else None
 
 
-def name_id(name: str, what: str) -> tuple[str, str]:
+def clean_name(name: str, what: str) -> str:
     clean = name.strip()
     if not clean:
         raise InvalidArgument(f"{what} must be a non-empty string")
-    return clean, agent_id_for(clean)
+    return clean
 
 
 def seen_recently(stamp: str | None, now: datetime) -> bool:
@@ -139,8 +139,8 @@ async def wait_for_data(call: Call, look: Callable[[], Awaitable[T]], found: Cal
 
 
 def _known_agent(r: Replica, name: str, what: str, *, alive: bool = True) -> tuple[str, Agent]:
-    clean, aid = name_id(name, what)
-    agent = r.get_agent(aid)
+    clean = clean_name(name, what)
+    agent = r.find_agent(clean)
     if agent is None or (alive and not agent.alive):
         raise NotFound(f"unknown agent {clean!r} (register it with create_agent)")
     return clean, agent
@@ -284,10 +284,10 @@ async def whoami(call: Call, _a: s.NoArgs) -> s.WhoamiOut:
 
 def _create_agent(r: Replica, name: str) -> s.AgentOut:
     """Get or create, as AgentMsgs' tool does: a worker calls it on every start."""
-    clean, aid = name_id(name, "name")
-    existing = r.get_agent(aid)
+    clean = clean_name(name, "name")
+    existing = r.find_agent(clean)
     if existing is not None and existing.alive:
-        return s.AgentOut(agent_id=aid, name=existing.name, created=False)
+        return s.AgentOut(agent_id=existing.id, name=existing.name, created=False)
     return s.AgentOut(agent_id=r.create_agent(clean), name=clean, created=True)
 
 
@@ -301,7 +301,7 @@ def _delete_account(r: Replica, agent_id: str) -> s.DeletedOut:
     if agent is None or not agent.alive:
         hint = ""
         if aid:
-            named = r.get_agent(agent_id_for(aid))
+            named = r.find_agent(aid)
             if named is not None and named.alive:
                 hint = f"; the agent named {aid!r} has agent_id {named.id!r}"
         raise NotFound(f"unknown agent_id {aid!r}{hint}")
@@ -337,10 +337,11 @@ async def join_thread(call: Call, a: s.ThreadAgentArgs) -> s.ThreadOut:
 
 def _leave_thread(r: Replica, tid: str, name: str) -> s.ThreadOut:
     members = _require_thread(r, tid)
-    clean, aid = name_id(name, "agent_name")
-    if aid not in members:
+    clean = clean_name(name, "agent_name")
+    agent = r.find_agent(clean)
+    if agent is None or agent.id not in members:
         raise InvalidArgument(f"agent not in thread: {clean!r} is not a participant of thread {tid!r}")
-    r.leave_thread(tid, aid)
+    r.leave_thread(tid, agent.id)
     return _thread_out(r, tid)
 
 
@@ -385,11 +386,12 @@ async def thread_status(call: Call, a: s.ThreadAgentArgs) -> s.ThreadStatusOut:
 
 def _append(r: Replica, tid: str, name: str, content: str) -> s.AppendOut:
     members = _require_thread(r, tid)
-    clean, aid = name_id(name, "sender_name")
-    if aid not in members:
+    clean = clean_name(name, "sender_name")
+    agent = r.find_agent(clean)
+    if agent is None or agent.id not in members:
         raise InvalidArgument(f"sender not in thread: {clean!r} is not a participant of thread {tid!r} "
                               "(join_thread first)")
-    return s.AppendOut(thread_id=tid, sender_name=clean, seq=r.append(tid, aid, content).seq)
+    return s.AppendOut(thread_id=tid, sender_name=clean, seq=r.append(tid, agent.id, content).seq)
 
 
 async def append(call: Call, a: s.AppendArgs) -> s.AppendOut:

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from replica.errors import InvalidArgument
+from replica.names import name_key
 from replica.ops import MAX_CONTENT_BYTES, MAX_NAME_CHARS
 
 DEFAULT_LIMIT = 50
@@ -88,8 +89,9 @@ def fts_query(query: object) -> str:
 
 
 def agent_id_for(name: str) -> str:
-    """An agent's id is a pure function of its name: every replica agrees."""
-    digest = hashlib.blake2b(name.encode(), digest_size=8, person=b"peerd-agent").hexdigest()
+    """An agent's id is a pure function of its name's key (``names.name_key``: NFC, lower
+    case, trimmed): every replica agrees, and ``Alice`` and ``alice`` are one agent."""
+    digest = hashlib.blake2b(name_key(name).encode(), digest_size=8, person=b"peerd-agent").hexdigest()
     return "ag_" + digest
 
 

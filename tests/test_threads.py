@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from pathlib import Path
 
@@ -215,3 +216,25 @@ def _downgrade_to_v2(path: Path) -> None:
         UPDATE meta SET v = 2 WHERE k = 'schema_version';
     """)
     conn.close()
+
+
+def test_agent_names_match_by_case_and_unicode_form(mem: Replica) -> None:
+    """'Zoé', 'ZOÉ' and a decomposed 'zoe\\u0301' are one agent, shown as first written."""
+    zoe = mem.create_agent("Zoé")
+    assert mem.get_or_create_agent("ZOÉ") == zoe == agent_id_for("zoe\u0301")
+    with pytest.raises(ValueError, match="agent name taken"):
+        mem.create_agent("zoe\u0301")
+    found = mem.find_agent(" zoé ")
+    assert found is not None and (found.id, found.name) == (zoe, "Zoé")
+    assert mem.find_agent("zoe") is None  # accents are not folded
+
+
+def test_agent_registered_under_an_unkeyed_name_is_still_found(mem: Replica) -> None:
+    """An agent whose id came from the exact spelling (before names were keyed) is found by any spelling."""
+    legacy = "ag_" + hashlib.blake2b(b"Alice", digest_size=8, person=b"peerd-agent").hexdigest()
+    mem._set([["agent", [legacy], "name", "Alice"], ["agent", [legacy], "alive", True]])
+    found = mem.find_agent("ALICE")
+    assert found is not None and found.id == legacy
+    assert mem.get_or_create_agent("alice") == legacy
+    with pytest.raises(ValueError, match="agent name taken"):
+        mem.create_agent("Alice")
