@@ -2,7 +2,10 @@
 
 Invariants: daemon.json appears only once both listeners accept connections
 and is removed on clean shutdown; SIGTERM and SIGINT stop the daemon cleanly;
-the node id survives restarts because the key lives in the home.
+the node id survives restarts because the key lives in the home. The process
+has one change feed (``replica.feed``), watching the replica file for other
+processes' writes; on stop it is closed first of all, which ends every waiting
+request and change stream at once (an event, not a poll).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from peerd.local import LocalServer, build_app
 from peerd.localapi import build_routes
 from peerd.node import Node
 from replica import Replica, open_home
+from replica.feed import ChangeFeed
 
 log = logging.getLogger("peerd")
 
@@ -30,10 +34,9 @@ log = logging.getLogger("peerd")
 def _mcp_app(node: Node) -> Any:
     """The MCP streamable-HTTP app served at /mcp on the local port."""
     from mcp_server.local_http import http_app  # noqa: PLC0415 - heavy import, only for the daemon
-    from mcp_server.waiter import ReplicaWatcher  # noqa: PLC0415
 
     fleet = node.cfg.fleet_id
-    return http_app(node.rep, waiter=ReplicaWatcher(node.rep), fleet_id=lambda: fleet)
+    return http_app(node.rep, waiter=node.waiter, fleet_id=lambda: fleet)
 
 
 class Daemon:
@@ -43,6 +46,7 @@ class Daemon:
         self.bind = bind
         self.advertise = advertise
         self.rep: Replica | None = None
+        self.feed: ChangeFeed | None = None
         self.node: Node | None = None
         self.local: LocalServer | None = None
         self.info: dict[str, Any] = {}
@@ -66,7 +70,8 @@ class Daemon:
     async def start(self) -> dict[str, Any]:
         self._lock_home()
         self.rep = await asyncio.to_thread(open_home, self.home)
-        self.node = Node(self.cfg, self.rep, bind=self.bind)
+        self.feed = await asyncio.to_thread(ChangeFeed.watching, self.rep)
+        self.node = Node(self.cfg, self.rep, bind=self.bind, feed=self.feed)
         await self.node.start()
         self.info = {
             "pid": os.getpid(), "node_id": self.rep.node_id, "name": self.cfg.name,
@@ -91,10 +96,14 @@ class Daemon:
 
     async def stop(self) -> None:
         homes.remove_daemon_json(self.home, only_pid=os.getpid())
+        if self.node is not None:
+            self.node.waiter.close()  # waiting requests and change streams end now
         if self.local is not None:
             await self.local.stop()
         if self.node is not None:
             await self.node.stop()
+        if self.feed is not None:
+            await asyncio.to_thread(self.feed.close)
         if self.rep is not None:
             self.rep.close()
         if self._lock_fd is not None:
@@ -111,6 +120,8 @@ async def run(home: Path, cfg: Config, *, bind: str = "0.0.0.0", advertise: str 
     try:
         await daemon.start()
     except BaseException:
+        if daemon.feed is not None:
+            daemon.feed.close()
         if daemon.rep is not None:
             daemon.rep.close()
         if daemon._lock_fd is not None:

@@ -6,26 +6,29 @@ Invariants:
   InvalidArgument / NotFound with a clear message) and runs SQLite work in a
   worker thread; the operator views only read (see ``peerd.dashboard.views``).
 * A request that waits (``/api/check`` and ``/api/messages`` with ``wait``,
-  the ``/api/events`` stream) wakes on ``node.changes``, never busy-polls, is
-  bounded in time, and ends within about a second once the daemon starts to
-  shut down (its ``daemon.json`` is gone), so an open dashboard never holds a
-  daemon up.
+  the ``/api/events`` and ``/api/feed`` streams) wakes on the process's change
+  feed (``node.waiter``), never polls, is bounded in time (``/api/feed`` only by
+  the daemon's life), and ends at once when the daemon starts to shut down
+  (the daemon closes the waiter: an event), so an open dashboard or a
+  ``peerd mcp`` following the feed never holds a daemon up.
+* Marks (``version`` in events, ``lseq`` in the feed) are the replica's
+  ``max_lseq``: they only grow.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from peerd import home as homes
+from mcp_server.waiter import FeedWaiter
 from peerd.dashboard import page_routes, views
 from peerd.local import read_json, route
 from peerd.node import Node
@@ -36,7 +39,6 @@ WAIT_CAP = 300.0
 MESSAGES_WAIT_CAP = 60.0
 STREAM_SECONDS = 60.0  # an event stream ends after this long; EventSource reconnects by itself
 KEEPALIVE_SECONDS = 5.0
-SLICE_SECONDS = 1.0  # how often a waiting request looks whether the daemon is shutting down
 RETRY_MS = 1000
 
 
@@ -121,29 +123,16 @@ def sse(event: str, data: Any, event_id: int | None = None) -> str:
     return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
 
 
-def shutting_down(info: dict[str, Any]) -> Callable[[], bool]:
-    """True once this daemon's daemon.json is gone (the first step of a clean stop)."""
-    home = info.get("home")
-    if not home:
-        return lambda: False
-    path = homes.daemon_json_path(Path(str(home)))
-    return lambda: not path.exists()
-
-
-async def wait_for(node: Node, seen: int, within: float, closing: Callable[[], bool]) -> bool:
-    """Wait up to ``within`` s for a change after version ``seen``; False if the daemon is closing."""
-    deadline = time.monotonic() + within
-    while not closing():
-        left = deadline - time.monotonic()
-        if left <= 0 or await node.changes.wait(seen, min(left, SLICE_SECONDS)) != seen:
-            return True
-    return False
+async def wait_for(waiter: FeedWaiter, seen: int, within: float) -> bool:
+    """Wait up to ``within`` s for the mark to pass ``seen``; False if the daemon is closing."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(within):
+            await waiter.wait_beyond(seen)
+    return not waiter.closed
 
 
 def build_routes(node: Node, info: dict[str, Any]) -> list[BaseRoute]:
-    closing = shutting_down(info)
-    return [*_node_routes(node, info), *_messaging_routes(node, closing), *_view_routes(node, closing),
-            *page_routes()]
+    return [*_node_routes(node, info), *_messaging_routes(node), *_view_routes(node), *page_routes()]
 
 
 def _node_routes(node: Node, info: dict[str, Any]) -> list[BaseRoute]:
@@ -165,7 +154,7 @@ def _node_routes(node: Node, info: dict[str, Any]) -> list[BaseRoute]:
     ]
 
 
-def _messaging_routes(node: Node, closing: Callable[[], bool]) -> list[BaseRoute]:
+def _messaging_routes(node: Node) -> list[BaseRoute]:
     rep = node.rep
 
     async def send(r: Request) -> Any:
@@ -183,13 +172,13 @@ def _messaging_routes(node: Node, closing: Callable[[], bool]) -> list[BaseRoute
         if not isinstance(include_read, bool):
             raise InvalidArgument("all must be true or false")
         while True:
-            seen = node.changes.version
+            seen = node.waiter.mark
             inbox = await asyncio.to_thread(
                 views.inbox, rep, d.get("recipient"), _opt(d, "recipientInstanceId"),  # type: ignore[arg-type]
                 include_read=include_read, since=_opt(d, "since"), limit=d.get("limit", 50),
             )
             left = deadline - time.monotonic()
-            if inbox["messages"] or left <= 0 or not await wait_for(node, seen, left, closing):
+            if inbox["messages"] or left <= 0 or not await wait_for(node.waiter, seen, left):
                 return inbox
 
     async def read(r: Request) -> Any:
@@ -225,18 +214,18 @@ def _messaging_routes(node: Node, closing: Callable[[], bool]) -> list[BaseRoute
     ]
 
 
-def _view_routes(node: Node, closing: Callable[[], bool]) -> list[BaseRoute]:
+def _view_routes(node: Node) -> list[BaseRoute]:
     rep = node.rep
 
     async def messages(r: Request) -> Any:
         after, limit = int_param(r, "after"), limit_param(r)
         deadline = time.monotonic() + float_param(r, "wait", MESSAGES_WAIT_CAP)
         while True:
-            seen = node.changes.version
+            seen = node.waiter.mark
             out = await asyncio.to_thread(views.message_log, rep, after=after, limit=limit,
                                           with_recipients=flag_param(r, "receipts"))
             left = deadline - time.monotonic()
-            if out["messages"] or after is None or left <= 0 or not await wait_for(node, seen, left, closing):
+            if out["messages"] or after is None or left <= 0 or not await wait_for(node.waiter, seen, left):
                 return out
 
     async def search(r: Request) -> Any:
@@ -250,30 +239,49 @@ def _view_routes(node: Node, closing: Callable[[], bool]) -> list[BaseRoute]:
         return await asyncio.to_thread(views.threads, rep)
 
     async def events(_r: Request) -> Response:
-        return StreamingResponse(event_stream(node, closing), media_type="text/event-stream",
+        return StreamingResponse(event_stream(node), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    async def feed(_r: Request) -> Response:
+        return StreamingResponse(feed_stream(node.waiter), media_type="application/x-ndjson",
+                                 headers={"Cache-Control": "no-store"})
 
     return [
         route("/api/messages", messages, ["GET"]),
         route("/api/search", search, ["GET"]),
         route("/api/threads", threads, ["GET"]),
         Route("/api/events", events, methods=["GET"]),
+        Route("/api/feed", feed, methods=["GET"]),
     ]
 
 
-async def event_stream(node: Node, closing: Callable[[], bool]) -> AsyncIterator[str]:
+async def event_stream(node: Node) -> AsyncIterator[str]:
     """``hello``, then a ``change`` event whenever the replica changes; ends after
-    STREAM_SECONDS (the browser reconnects) or when the daemon shuts down."""
-    seen = node.changes.version
+    STREAM_SECONDS (the browser reconnects) or at once when the daemon shuts down."""
+    waiter = node.waiter
+    seen = waiter.mark
     yield f"retry: {RETRY_MS}\n\n" + sse("hello", {"version": seen, "node_id": node.rep.node_id})
     end = time.monotonic() + STREAM_SECONDS
-    quiet_since = time.monotonic()
-    while time.monotonic() < end and not closing():
-        now = await node.changes.wait(seen, SLICE_SECONDS)
-        if now != seen:
-            seen = now
-            quiet_since = time.monotonic()
-            yield sse("change", {"version": now})
-        elif time.monotonic() - quiet_since >= KEEPALIVE_SECONDS:
-            quiet_since = time.monotonic()
+    while (left := end - time.monotonic()) > 0:
+        if not await wait_for(waiter, seen, min(left, KEEPALIVE_SECONDS)):
+            return
+        if waiter.mark > seen:
+            seen = waiter.mark
+            yield sse("change", {"version": seen})
+        else:
             yield ": keepalive\n\n"
+
+
+async def feed_stream(waiter: FeedWaiter) -> AsyncIterator[str]:
+    """The change stream other local processes follow (``peerd mcp``): one line
+    ``{"lseq": N}`` at once, then one each time the mark moves (bursts coalesce),
+    until the daemon shuts down. Quiet while nothing changes: the reader learns
+    that the daemon is gone from the connection closing."""
+    seen = waiter.mark
+    yield json.dumps({"lseq": seen}) + "\n"
+    while True:
+        await waiter.wait_beyond(seen)
+        if waiter.closed:
+            return
+        seen = waiter.mark
+        yield json.dumps({"lseq": seen}) + "\n"

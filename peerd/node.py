@@ -7,12 +7,15 @@ The I/O shell around ``protocol`` (sans-io) and ``peers`` (pure table):
 * push on write: our new ops go to a few live peers at once; a peer that
   receives a fresh write new to it forwards it, so a write floods the fleet
   (ops pushed as part of a round are not forwarded);
-* a watcher that notices writes made by other processes on the same replica.
+* our new ops reach the pusher through the process's change feed
+  (``replica.feed``), which also tells it of ops written by other processes
+  on the same replica; no loop polls the database.
 
 Invariants: every request and response body is sealed with the fleet key; a
 body that does not open is refused (403) and logged; ops are verified by the
 replica before anything is stored; SQLite work runs off the event loop;
-background tasks live in one set and are cancelled on stop.
+background tasks live in one set and are cancelled on stop; every background
+task sleeps on an event (a change, a wake-up, a timeout), never on a polling timer.
 """
 
 from __future__ import annotations
@@ -31,22 +34,23 @@ import msgpack
 from aiohttp import web
 
 from discovery import DiscoverySource, MdnsSource, PeerCandidate, SeedError, SeedSource, parse_seed
+from mcp_server.waiter import FeedWaiter
 from peerd import protocol
 from peerd.config import DEFAULT_PORT, Config
 from peerd.errors import DaemonError, PeerError, SealError
+from peerd.indexer import keep_indexed
 from peerd.peers import FAIL_THRESHOLD, Peer, PeerTable
 from peerd.protocol import Msg, ProtocolError, RoundResult
 from peerd.seal import open_sealed, seal
 from replica import Replica, vector
 from replica.errors import RemoteError
+from replica.feed import ChangeFeed
 from replica.ops import peek
 
 log = logging.getLogger("peerd.node")
 
 PUSH_BATCH = 500
 OUTBOX_LIMIT = 5000
-WATCH_INTERVAL = 0.05
-INDEX_EVERY = 2.0
 EXCHANGE_EVERY = 5
 MIN_ROUND_GAP = 0.1
 REQUEST_TIMEOUT = 15.0
@@ -99,26 +103,6 @@ def _step(gen: Generator[Msg, Msg, RoundResult], reply: Msg | None) -> tuple[Msg
         return None, stop.value
 
 
-class Changes:
-    """Wakes waiters when the replica changes (local write, another process, a peer)."""
-
-    def __init__(self) -> None:
-        self.version = 0
-        self._cond = asyncio.Condition()
-
-    async def bump(self) -> None:
-        async with self._cond:
-            self.version += 1
-            self._cond.notify_all()
-
-    async def wait(self, seen: int, within: float) -> int:
-        """Wait until ``version`` moves past ``seen`` or ``within`` seconds pass."""
-        async with self._cond:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._cond.wait_for(lambda: self.version != seen), within)
-            return self.version
-
-
 def _advance_known(peer: Peer, raws: list[bytes]) -> None:
     """After a push the peer acknowledged, count those ops as held there (keeps its lag current)."""
     if peer.their_vector is None:
@@ -132,13 +116,18 @@ def _advance_known(peer: Peer, raws: list[bytes]) -> None:
 
 
 class Node:
-    def __init__(self, cfg: Config, rep: Replica, *, bind: str = "0.0.0.0") -> None:
+    def __init__(self, cfg: Config, rep: Replica, *, bind: str = "0.0.0.0", feed: ChangeFeed | None = None) -> None:
+        """``feed`` is the process's change feed over ``rep`` (the daemon's watches other
+        processes' writes); without one the node follows only writes through ``rep``."""
         self.cfg = cfg
         self.rep = rep
         self.bind = bind
         self.me = protocol.short(rep.node_key)
         self.table = PeerTable(self.me)
-        self.changes = Changes()
+        self._own_feed = feed is None
+        self.feed = feed if feed is not None else ChangeFeed(rep)
+        self.waiter = FeedWaiter(self.feed)  # every wait of this process's event loop
+        self._unsubscribe = self.feed.subscribe(self._on_replica_change)
         self.peer_port = 0
         self.started = time.time()
         self.counters = {"rounds": 0, "pushed_ops": 0, "pulled_ops": 0, "refused": 0, "forwarded_ops": 0}
@@ -182,11 +171,10 @@ class Node:
             ) from None
         self.peer_port = int(self._runner.addresses[0][1])
         self._pushed = await asyncio.to_thread(self.rep.max_lseq)
-        self.rep.add_listener(self._on_replica_change)
         await self._start_discovery()
         self.spawn(self._gossip())
         self.spawn(self._pusher())
-        self.spawn(self._watch())
+        self.spawn(keep_indexed(self.rep, self.waiter))
         log.info("peer server on %s:%d, node %s", self.bind, self.peer_port, self.rep.node_id[:16])
 
     async def _start_discovery(self) -> None:
@@ -219,7 +207,10 @@ class Node:
     async def stop(self) -> None:
         """Stop talking first, then say goodbye on mDNS: a request after the goodbye would
         make peers think we are back."""
-        self.rep.remove_listener(self._on_replica_change)
+        self._unsubscribe()
+        self.waiter.close()
+        if self._own_feed:
+            self.feed.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -248,13 +239,10 @@ class Node:
         if self.table.add(host, port, source, node) is not None:
             self._wake.set()
 
-    def _on_replica_change(self) -> None:  # called from whichever thread wrote
+    def _on_replica_change(self) -> None:  # called by the feed from whichever thread learned of it
         if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._changed)
-
-    def _changed(self) -> None:
-        self._push_evt.set()
-        self.spawn(self.changes.bump())
+            with contextlib.suppress(RuntimeError):  # the loop closed in between
+                self._loop.call_soon_threadsafe(self._push_evt.set)
 
     # -- serving peers ---------------------------------------------------------------------
 
@@ -525,24 +513,6 @@ class Node:
                     box.clear()
         finally:
             self._draining.discard(peer.addr)
-
-    async def _watch(self) -> None:
-        """Notice writes by other processes on the same replica file, and keep the
-        search index and senders table caught up in the background (in small steps,
-        so a search never has to index a large backlog itself)."""
-        last = await asyncio.to_thread(self.rep.max_lseq)
-        indexed_at = time.monotonic()
-        while True:
-            await asyncio.sleep(WATCH_INTERVAL)
-            now = await asyncio.to_thread(self.rep.max_lseq)
-            if now != last:
-                last = now
-                self._changed()
-            if time.monotonic() - indexed_at > INDEX_EVERY:
-                indexed_at = time.monotonic()
-                more = True
-                while more:  # one short transaction per step, so writers interleave
-                    more = await asyncio.to_thread(self.rep.catch_up_step)
 
     # -- reporting -------------------------------------------------------------------------
 

@@ -16,12 +16,13 @@ import pytest
 from mcp import Client
 from mcp.types import CallToolResult, TextContent
 
-from mcp_server import ReplicaWatcher, SessionBinding, build_server
+from mcp_server import FeedWaiter, SessionBinding, build_server
 from mcp_server import schemas as s
 from mcp_server.local_http import host_allowed, origin_allowed
 from mcp_server.server import error_code, request_binding
 from mcp_server.tools import merge_peers
 from replica import InvalidArgument, NotFound, Replica, SenderSeen, StoreError, open_home
+from replica.feed import ChangeFeed
 
 TOOL_NAMES = {
     "send_message", "check_messages", "mark_as_read", "list_peers", "update_profile", "get_profile",
@@ -40,14 +41,16 @@ def replica(tmp_path: Path) -> Iterator[Replica]:
 @dataclass(frozen=True)
 class Node:
     replica: Replica
-    watcher: ReplicaWatcher
+    watcher: FeedWaiter
 
 
 @pytest.fixture
 def node(replica: Replica) -> Iterator[Node]:
-    w = ReplicaWatcher(replica)
+    feed = ChangeFeed(replica)
+    w = FeedWaiter(feed)
     yield Node(replica, w)
     w.close()
+    feed.close()
 
 
 @asynccontextmanager
@@ -421,15 +424,20 @@ def test_error_codes_follow_the_replica_error_hierarchy() -> None:
     assert error_code(StoreError("x")) == "store_error"
 
 
-async def test_watcher_close_releases_waiters(replica: Replica) -> None:
-    """Closing a ReplicaWatcher wakes its waiters and stops it listening to the replica."""
-    watcher = ReplicaWatcher(replica)
-    waiting = asyncio.create_task(watcher.wait_beyond(replica.max_lseq() + 1000))
-    await asyncio.sleep(0.05)
-    assert not waiting.done()
-    watcher.close()
-    await asyncio.wait_for(waiting, 1)
-    assert replica.send_message("a", "b", "after close").seq > 0
+async def test_waiter_close_releases_waiters_and_a_waiting_call_returns(node: Node) -> None:
+    """Closing the host's waiter (shutdown) ends a waiting wait_beyond and a waiting check_messages
+    at once, with what they have; later waits return at once."""
+    async with connect(node) as client:
+        call = asyncio.create_task(client.call_tool("check_messages", {"recipient": "beta", "wait": 300}))
+        waiting = asyncio.create_task(node.watcher.wait_beyond(node.replica.max_lseq() + 1000))
+        await asyncio.sleep(0)  # the task runs up to its future (the call may or may not be parked yet: either way it ends)
+        assert node.watcher.waiting >= 1 and not waiting.done()
+        node.watcher.close()
+        await asyncio.wait_for(waiting, 5)
+        result = await asyncio.wait_for(call, 5)
+        assert (result.structured_content or {})["messages"] == []
+        await asyncio.wait_for(node.watcher.wait_beyond(10**9), 1)
+    assert node.replica.send_message("a", "b", "after close").seq > 0
 
 
 def test_local_host_and_origin_checks() -> None:

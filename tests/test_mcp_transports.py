@@ -17,9 +17,10 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
-from mcp_server import LocalHttpServer, ReplicaWatcher, http_app
+from mcp_server import FeedWaiter, LocalHttpServer, http_app
 from mcp_server.__main__ import parse_args
 from replica import Replica, open_home
+from replica.feed import ChangeFeed
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -56,12 +57,14 @@ def data(result: CallToolResult) -> dict[str, Any]:
 
 @asynccontextmanager
 async def http_server(replica: Replica) -> AsyncIterator[LocalHttpServer]:
-    watcher = ReplicaWatcher(replica)
+    feed = await asyncio.to_thread(ChangeFeed.watching, replica)  # the HTTP host's one feed, as in the daemon
+    waiter = FeedWaiter(feed)
     try:
-        async with LocalHttpServer(http_app(replica, waiter=watcher, fleet_id=lambda: "f1")) as server:
+        async with LocalHttpServer(http_app(replica, waiter=waiter, fleet_id=lambda: "f1")) as server:
             yield server
     finally:
-        watcher.close()
+        waiter.close()
+        await asyncio.to_thread(feed.close)
 
 
 # -- stdio -------------------------------------------------------------------------------------
