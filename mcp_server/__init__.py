@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 _HOMES = {
     "MCP_PATH": "local_http", "LocalHttpServer": "local_http", "LocalOnly": "local_http", "http_app": "local_http",
-    "build_server": "server", "run_stdio": "stdio", "TOOLS": "tools", "SessionBinding": "tools", "FeedWaiter": "waiter", "Waiter": "waiter",
+    "build_server": "server", "run_stdio": "stdio", "TOOLS": "tools", "SessionBinding": "tools",
+    "FeedWaiter": "waiter", "Waiter": "waiter",
 }
 
 
