@@ -42,7 +42,7 @@ from replica.models import (
     ThreadSummary,
     receipt_state,
 )
-from replica.store import check_file
+from replica.store import Store, check_file
 
 log = logging.getLogger("replica")
 
@@ -74,7 +74,12 @@ def open_file(db: Path) -> Replica:
         os.replace(key, retired)
         log.warning("replica database missing beside an old node key: retired the key as %s; "
                     "this replica starts as a new node", retired.name)
-    return Replica.open(db, identity.load_or_create(key))
+    st = Store(db)  # before the key: a file that is no replica gets no key beside it
+    try:
+        return Replica(st, identity.load_or_create(key))
+    except BaseException:
+        st.close()
+        raise
 
 
 def open_home(home: Path) -> Replica:

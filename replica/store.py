@@ -92,6 +92,8 @@ class Store:
                 version = int(row[0]) if row else 0
             if version > schema.LATEST:
                 raise StoreError(f"replica schema v{version} is newer than this peerd (v{schema.LATEST})")
+            if version == 0:
+                _require_empty(cur, self.path)
             for script in schema.MIGRATIONS[version:]:
                 for stmt in script.split(";"):
                     if stmt.strip():
@@ -140,6 +142,14 @@ class Store:
                 if outer:
                     with suppress(sqlite3.Error):
                         self.conn.execute("COMMIT")
+
+
+def _require_empty(cur: sqlite3.Cursor, path: str) -> None:
+    """A database without peerd's schema must be empty: another program's tables are never
+    taken over (say, a file of another message bus opened by mistake)."""
+    tables = [r[0] for r in cur.execute("SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' LIMIT 5")]
+    if tables:
+        raise StoreError(f"{path} is not a peerd replica: it holds other tables ({', '.join(tables)})")
 
 
 def check_file(path: str | Path, *, timeout: float = 10.0) -> FileCheck:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -10,8 +11,11 @@ from typing import Any
 
 import pytest
 
-from replica import NotFound, Replica, open_home
+from replica import NotFound, Replica, StoreError, open_home
 from replica.agentmsgs import Agent, App, InMemoryStore, Message, SQLiteStore, Thread
+from tests.daemons import Fleet, wait_until
+
+pytest_plugins = ["tests.daemons"]
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -275,3 +279,36 @@ def test_two_processes_on_one_file_coordinate(tmp_path: Path) -> None:
         assert app.has_unread(thread.id, boss) is True
         app.mark_read(thread.id, boss, msgs[-1].seq)
         assert app.has_unread(thread.id, boss) is False
+
+
+def test_app_message_reaches_another_daemon(fleet: Fleet) -> None:
+    """An App on a running daemon's home database writes as that node; the message reaches the other daemon."""
+    a, b = fleet.add("a"), fleet.add("b")
+    fleet.mesh()
+    fleet.start()
+    with App(store=SQLiteStore(a.db)) as app:
+        assert app.replica.node_id == a.node_id
+        thread = app.create_thread(app.get_or_create_agent("Alice"), app.get_or_create_agent("Bob"))
+        sent = app.append(thread.id, "Alice", "across the fleet")
+    with App(store=SQLiteStore(b.db)) as there:
+
+        def arrived() -> list[Message] | None:
+            return there.poll(thread.id) or None if there.get_thread_info(thread.id) is not None else None
+
+        [msg] = wait_until(arrived, 30, "the App's thread message on b")
+    assert (msg.id, msg.seq, msg.sender.name, msg.content) == (sent.id, 1, "Alice", "across the fleet")
+
+
+def test_a_database_of_another_program_is_refused(tmp_path: Path) -> None:
+    """SQLiteStore on a file with other tables (an AgentMsgs database) is StoreError; data and folder untouched."""
+    db = tmp_path / "agentmsgs.db"
+    conn = sqlite3.connect(db)
+    conn.executescript("CREATE TABLE agents(id TEXT PRIMARY KEY, name TEXT); INSERT INTO agents VALUES ('u1', 'Alice');")
+    conn.close()
+    with pytest.raises(StoreError, match="is not a peerd replica: it holds other tables \\(agents\\)"):
+        SQLiteStore(db)
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall() == [("agents",)]
+    assert conn.execute("SELECT * FROM agents").fetchall() == [("u1", "Alice")]
+    conn.close()
+    assert not (tmp_path / "agentmsgs.db.key").exists()
