@@ -1,20 +1,25 @@
 """``peerd run``: open the home, start the node and the local server, write daemon.json.
 
 Invariants: daemon.json appears only once both listeners accept connections
-and is removed on clean shutdown; SIGTERM and SIGINT stop the daemon cleanly;
-the node id survives restarts because the key lives in the home. The process
-has one change feed (``replica.feed``), watching the replica file for other
-processes' writes; on stop it is closed first of all, which ends every waiting
-request and change stream at once (an event, not a poll).
+and is removed on clean shutdown; right after writing it, ``run`` prints the
+same object as one JSON line on stdout (the ready line: whoever started the
+daemon waits for it instead of polling for the file) and nothing else goes to
+stdout; SIGTERM and SIGINT stop the daemon cleanly; the node id survives
+restarts because the key lives in the home. The process has one change feed
+(``replica.feed``), watching the replica file for other processes' writes; on
+stop it is closed first of all, which ends every waiting request and change
+stream at once (an event, not a poll).
 """
 
 from __future__ import annotations
 
 import asyncio
 import fcntl
+import json
 import logging
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +27,8 @@ from typing import Any
 from peerd import home as homes
 from peerd.config import Config
 from peerd.errors import DaemonError
-from peerd.local import LocalServer, build_app
+from peerd.lazymount import McpBuilder
+from peerd.local import LocalServer, build_app, mcp_builder
 from peerd.localapi import build_routes
 from peerd.node import Node
 from replica import Replica, open_home
@@ -31,12 +37,10 @@ from replica.feed import ChangeFeed
 log = logging.getLogger("peerd")
 
 
-def _mcp_app(node: Node) -> Any:
-    """The MCP streamable-HTTP app served at /mcp on the local port."""
-    from mcp_server.local_http import http_app  # noqa: PLC0415 - heavy import, only for the daemon
-
+def _mcp_app(node: Node) -> McpBuilder:
+    """What builds the MCP app at /mcp, on the first request to it (never at start)."""
     fleet = node.cfg.fleet_id
-    return http_app(node.rep, waiter=node.waiter, fleet_id=lambda: fleet)
+    return mcp_builder(node.rep, node.waiter, fleet_id=lambda: fleet)
 
 
 class Daemon:
@@ -86,8 +90,8 @@ class Daemon:
             await self.node.stop()
             raise
         self.info.update({
-            "local_port": self.local.port, "local_url": f"http://127.0.0.1:{self.local.port}",
-            "mcp_url": f"http://127.0.0.1:{self.local.port}/mcp", "started": time.time(),
+            "local_port": self.local.port, "local_url": self.local.url, "mcp_url": self.local.mcp_url,
+            "started": time.time(),
         })
         homes.write_daemon_json(self.home, self.info)
         log.info("peerd ready: node %s, peer port %d, local %s",
@@ -111,6 +115,17 @@ class Daemon:
             self._lock_fd = None
 
 
+def announce_ready(info: dict[str, Any]) -> None:
+    """The ready line: daemon.json's content as one JSON line on stdout."""
+    if sys.stdout is None:
+        return
+    try:
+        sys.stdout.write(json.dumps(info) + "\n")
+        sys.stdout.flush()
+    except (OSError, ValueError):  # stdout closed, or a pipe nobody reads any more: nobody to tell
+        pass
+
+
 async def run(home: Path, cfg: Config, *, bind: str = "0.0.0.0", advertise: str = "127.0.0.1") -> None:
     daemon = Daemon(home, cfg, bind=bind, advertise=advertise)
     stop = asyncio.Event()
@@ -118,7 +133,7 @@ async def run(home: Path, cfg: Config, *, bind: str = "0.0.0.0", advertise: str 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await daemon.start()
+        announce_ready(await daemon.start())
     except BaseException:
         if daemon.feed is not None:
             daemon.feed.close()

@@ -2,7 +2,8 @@
 live event stream, used by the CLI, the dashboard and tests.
 
 Invariants:
-* Every handler checks its arguments through the replica API (which raises
+* Every handler takes its arguments through ``peerd.apiargs`` (a missing or
+  wrong-typed field is a 400 naming it) and the replica API (which raises
   InvalidArgument / NotFound with a clear message) and runs SQLite work in a
   worker thread; the operator views only read (see ``peerd.dashboard.views``).
 * A request that waits (``/api/check`` and ``/api/messages`` with ``wait``,
@@ -29,8 +30,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from mcp_server.waiter import FeedWaiter
+from peerd.apiargs import opt_bool, opt_int, opt_str, parse_int, parse_text, read_json, req_str, route, str_list
 from peerd.dashboard import page_routes, views
-from peerd.local import read_json, route
 from peerd.node import Node
 from replica import InvalidArgument
 from replica.api import DEFAULT_LIMIT
@@ -42,13 +43,9 @@ KEEPALIVE_SECONDS = 5.0
 RETRY_MS = 1000
 
 
-def _opt(data: dict[str, Any], key: str) -> Any:
-    return data.get(key)
-
-
-def status(node: Node, info: dict[str, Any]) -> dict[str, Any]:
-    stats = node.rep.stats()
-    peers = node.peers_report()
+async def status(node: Node, info: dict[str, Any]) -> dict[str, Any]:
+    stats = await asyncio.to_thread(node.rep.stats)
+    peers = await node.peers_report()
     return {
         **info,
         "uptime": round(time.time() - node.started, 1),
@@ -58,6 +55,8 @@ def status(node: Node, info: dict[str, Any]) -> dict[str, Any]:
         "lag": sum(p["lag"] or 0 for p in peers if p["reachable"]),
         "counters": dict(node.counters),
         "catchup": None if node.catchup is None else node.catchup.to_dict(),
+        "mdns": None if node.mdns is None else {"active": node.mdns.active, "announced": node.mdns.announced,
+                                                 "problem": node.mdns.problem},
         "settings": settings(node),
         "now": time.time(),
     }
@@ -78,10 +77,7 @@ def int_param(r: Request, name: str) -> int | None:
     raw = r.query_params.get(name)
     if raw is None or raw == "":
         return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise InvalidArgument(f"{name} must be an integer, got {raw!r}") from None
+    return parse_int(raw, name)
 
 
 def limit_param(r: Request, default: int = DEFAULT_LIMIT) -> int:
@@ -108,7 +104,7 @@ def flag_param(r: Request, name: str) -> bool:
 
 def str_param(r: Request, name: str) -> str | None:
     raw = r.query_params.get(name)
-    return None if raw is None or raw.strip() == "" else raw
+    return None if raw is None or raw.strip() == "" else parse_text(raw, name)
 
 
 def check_wait(value: object) -> float:
@@ -139,13 +135,14 @@ def _node_routes(node: Node, info: dict[str, Any]) -> list[BaseRoute]:
     rep = node.rep
 
     async def get_status(_r: Request) -> Any:
-        return await asyncio.to_thread(status, node, info)
+        return await status(node, info)
 
     async def get_peers(_r: Request) -> Any:
-        return await asyncio.to_thread(node.peers_report)
+        return await node.peers_report()
 
     async def digest(_r: Request) -> Any:
-        return {"digest": await asyncio.to_thread(rep.state_digest), "vector_size": len(rep.vector())}
+        digest, size = await asyncio.to_thread(lambda: (rep.state_digest(), len(rep.vector())))
+        return {"digest": digest, "vector_size": size}
 
     return [
         route("/api/status", get_status, ["GET"]),
@@ -160,22 +157,22 @@ def _messaging_routes(node: Node) -> list[BaseRoute]:
     async def send(r: Request) -> Any:
         d = await read_json(r)
         sent = await asyncio.to_thread(
-            rep.send_message, d.get("from"), d.get("channel"), d.get("content"),  # type: ignore[arg-type]
-            _opt(d, "instanceId"), _opt(d, "fromInstanceId"),
+            rep.send_message, req_str(d, "from"), req_str(d, "channel"), req_str(d, "content"),
+            opt_str(d, "instanceId"), opt_str(d, "fromInstanceId"),
         )
         return sent.to_dict()
 
     async def check(r: Request) -> Any:
         d = await read_json(r)
         deadline = time.monotonic() + check_wait(d.get("wait", 0))
-        include_read = d.get("all", False)
-        if not isinstance(include_read, bool):
-            raise InvalidArgument("all must be true or false")
+        include_read = opt_bool(d, "all")
+        recipient, instance = req_str(d, "recipient"), opt_str(d, "recipientInstanceId")
+        since, limit = opt_int(d, "since"), opt_int(d, "limit")
         while True:
             seen = node.waiter.mark
             inbox = await asyncio.to_thread(
-                views.inbox, rep, d.get("recipient"), _opt(d, "recipientInstanceId"),  # type: ignore[arg-type]
-                include_read=include_read, since=_opt(d, "since"), limit=d.get("limit", 50),
+                views.inbox, rep, recipient, instance, include_read=include_read, since=since,
+                limit=DEFAULT_LIMIT if limit is None else limit,
             )
             left = deadline - time.monotonic()
             if inbox["messages"] or left <= 0 or not await wait_for(node.waiter, seen, left):
@@ -183,7 +180,7 @@ def _messaging_routes(node: Node) -> list[BaseRoute]:
 
     async def read(r: Request) -> Any:
         d = await read_json(r)
-        return {"marked": await asyncio.to_thread(rep.mark_as_read, d.get("receiptIds"))}  # type: ignore[arg-type]
+        return {"marked": await asyncio.to_thread(rep.mark_as_read, str_list(d, "receiptIds"))}
 
     async def msg_status(r: Request) -> Any:
         rows = await asyncio.to_thread(rep.message_status, r.path_params["message_id"])
@@ -192,7 +189,8 @@ def _messaging_routes(node: Node) -> list[BaseRoute]:
     async def update_profile(r: Request) -> Any:
         d = await read_json(r)
         p = await asyncio.to_thread(
-            rep.update_profile, d.get("orchestratorId"), d.get("name"), d.get("static"), d.get("dynamic"),  # type: ignore[arg-type]
+            rep.update_profile, req_str(d, "orchestratorId"), opt_str(d, "name"), opt_str(d, "static"),
+            opt_str(d, "dynamic"),
         )
         return p.to_dict()
 
@@ -230,7 +228,7 @@ def _view_routes(node: Node) -> list[BaseRoute]:
 
     async def search(r: Request) -> Any:
         return await asyncio.to_thread(
-            views.search, rep, r.query_params.get("q", ""), from_=str_param(r, "from"),
+            views.search, rep, parse_text(r.query_params.get("q", ""), "q"), from_=str_param(r, "from"),
             channel=str_param(r, "channel"), since=int_param(r, "since"), limit=limit_param(r),
             with_recipients=flag_param(r, "receipts"),
         )

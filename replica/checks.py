@@ -23,9 +23,18 @@ from replica.ops import MAX_CONTENT_BYTES, MAX_NAME_CHARS
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
 MAX_QUERY_WORDS = 32
+MAX_COUNT = 2**63 - 1  # the largest SQLite integer
 MAX_SEQ = 2**53 - 1  # the largest integer every JSON client reads exactly; beyond it a seq is a mistake
 
 _CONTROL = re.compile(r"[\x00-\x1f]")
+
+
+def _utf8(value: str, what: str) -> bytes:
+    """``value`` as UTF-8; a lone surrogate (which SQLite and the wire cannot carry) is a bad argument."""
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{what} is not valid Unicode (it holds a lone surrogate)") from None
 
 
 def check_name(value: object, what: str, *, optional: bool = False) -> str | None:
@@ -34,6 +43,7 @@ def check_name(value: object, what: str, *, optional: bool = False) -> str | Non
     if not isinstance(value, str) or not value.strip():
         raise InvalidArgument(f"{what} must be a non-empty string")
     value = value.strip()
+    _utf8(value, what)
     if len(value) > MAX_NAME_CHARS:
         raise InvalidArgument(f"{what} is longer than {MAX_NAME_CHARS} characters")
     if _CONTROL.search(value):
@@ -56,18 +66,18 @@ def required_names(values: Iterable[object], what: str) -> list[str]:
 def check_content(value: object, what: str = "content") -> str:
     if not isinstance(value, str):
         raise InvalidArgument(f"{what} must be a string")
-    size = len(value.encode("utf-8", "surrogatepass"))
+    size = len(_utf8(value, what))
     if size > MAX_CONTENT_BYTES:
         raise InvalidArgument(f"{what} is {size} bytes; the limit is {MAX_CONTENT_BYTES} bytes")
     return value
 
 
-def check_count(value: object, what: str, *, low: int = 0, high: int | None = None) -> int:
+def check_count(value: object, what: str, *, low: int = 0, high: int = MAX_COUNT) -> int:
+    """An integer within [low, high]; SQLite integers are 64-bit, so ``high`` is at most 2^63 - 1."""
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidArgument(f"{what} must be an integer")
-    if value < low or (high is not None and value > high):
-        bound = f"between {low} and {high}" if high is not None else f">= {low}"
-        raise InvalidArgument(f"{what} must be {bound}, got {value}")
+    if not low <= value <= high:
+        raise InvalidArgument(f"{what} must be between {low} and {high}, got {value}")
     return value
 
 
@@ -84,6 +94,9 @@ def fts_query(query: object) -> str:
     """A user's search words as an FTS5 query matching all of them (no operator injection)."""
     if not isinstance(query, str) or not query.strip():
         raise InvalidArgument("query must be a non-empty string")
+    _utf8(query, "query")
+    if "\x00" in query:  # FTS5 ends a string at NUL: the query would be malformed
+        raise InvalidArgument("query must not contain NUL characters")
     words = [w for w in re.split(r"\s+", query.strip()) if w][:MAX_QUERY_WORDS]
     return " ".join('"' + w.replace('"', '""') + '"' for w in words)
 

@@ -18,7 +18,6 @@ from mcp.types import CallToolResult, TextContent
 
 from mcp_server import FeedWaiter, SessionBinding, build_server
 from mcp_server import schemas as s
-from mcp_server.local_http import host_allowed, origin_allowed
 from mcp_server.server import error_code, request_binding
 from mcp_server.tools import merge_peers
 from replica import InvalidArgument, NotFound, Replica, SenderSeen, StoreError, open_home
@@ -439,11 +438,3 @@ async def test_waiter_close_releases_waiters_and_a_waiting_call_returns(node: No
         await asyncio.wait_for(node.watcher.wait_beyond(10**9), 1)
     assert node.replica.send_message("a", "b", "after close").seq > 0
 
-
-def test_local_host_and_origin_checks() -> None:
-    """Only 127.0.0.1/localhost Hosts and http(s) Origins on them pass; absent Origin passes."""
-    assert host_allowed("127.0.0.1:8123") and host_allowed("localhost") and host_allowed("LOCALHOST:1")
-    assert not host_allowed("evil.example:8123") and not host_allowed(None) and not host_allowed("127.0.0.1.evil:1")
-    assert origin_allowed(None) and origin_allowed("http://localhost:3000") and origin_allowed("https://127.0.0.1")
-    assert not origin_allowed("http://evil.example") and not origin_allowed("null")
-    assert not origin_allowed("file://localhost") and not origin_allowed("http://localhost.evil.example")
