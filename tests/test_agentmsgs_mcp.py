@@ -4,11 +4,17 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import os
+import signal
 import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult
@@ -85,6 +91,69 @@ async def test_worker_loop_over_stdio_on_a_db_path(tmp_path: Path) -> None:
     async with Client(peerd_mcp("--db-path", str(db))) as c:  # a second server on the file: same node, same data
         assert data(await c.call_tool("whoami", {}))["nodeId"] == node
         assert data(await c.call_tool("thread_info", {"thread_id": tid}))["message_count"] == 4
+
+
+@asynccontextmanager
+async def peerd_mcp_http(*argv: str) -> AsyncIterator[dict[str, Any]]:
+    """`peerd mcp --transport http --port 0 ARGV --json` as a process; yields its announcement, stops it
+    with SIGTERM and checks that it exits cleanly."""
+    proc = await asyncio.create_subprocess_exec(
+        str(PEERD), "mcp", "--transport", "http", "--port", "0", "--json", *argv,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ENV)
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), 60)  # type: ignore[union-attr]
+        assert line, (await proc.stderr.read()).decode()  # type: ignore[union-attr]
+        yield json.loads(line)
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_worker_loop_over_http_on_a_db_path(tmp_path: Path) -> None:
+    """`peerd mcp --transport http --db-path FILE` serves the worker loop on 127.0.0.1 and stops on SIGTERM."""
+    db = tmp_path / "agentmsgs.db"
+    async with peerd_mcp_http("--db-path", str(db)) as served:
+        url = served["mcp_url"]
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/mcp")
+        async with Client(url) as c:
+            tid = await worker_loop(c)
+            assert data(await c.call_tool("whoami", {}))["nodeId"] == served["node_id"]
+        async with httpx2.AsyncClient(timeout=30) as raw:
+            refused = await raw.post(url, json={}, headers={"Origin": "http://evil.example"})
+        assert refused.status_code == 403
+    with App(store=SQLiteStore(db)) as app:
+        assert app.replica.node_id == served["node_id"]
+        assert [m.content for m in app.poll(tid)] == ["task one", "done: task one", "task two", "done: task two"]
+
+
+async def test_http_in_memory_waiting_poll_wakes() -> None:
+    """`peerd mcp --in-memory --transport http`: a waiting poll wakes on another session's append."""
+    async with peerd_mcp_http("--in-memory") as served, Client(served["mcp_url"]) as c:
+        for name in ("a", "b"):
+            await c.call_tool("create_agent", {"name": name})
+        tid = data(await c.call_tool("create_thread", {"participant_names": ["a", "b"]}))["thread_id"]
+        async with Client(served["mcp_url"]) as other:
+            waiting = asyncio.create_task(other.call_tool("poll", {"thread_id": tid, "wait": 60}))
+            await c.call_tool("append", {"thread_id": tid, "sender_name": "a", "content": "wake"})
+            woken = data(await asyncio.wait_for(waiting, 30))
+        assert [(m["seq"], m["content"]) for m in woken["messages"]] == [(1, "wake")]
+
+
+def test_http_port_taken_is_a_clear_error(tmp_path: Path) -> None:
+    """A taken --port ends `peerd mcp --transport http` with exit 1 and a message naming --port."""
+    import socket  # noqa: PLC0415
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        proc = subprocess.run([str(PEERD), "mcp", "--transport", "http", "--in-memory", "--port", str(port)],
+                              capture_output=True, text=True, env=ENV, timeout=60, check=False)
+    assert proc.returncode == 1
+    assert f"cannot serve MCP on 127.0.0.1:{port}" in proc.stderr and "--port" in proc.stderr
 
 
 # -- the command line ---------------------------------------------------------------------------

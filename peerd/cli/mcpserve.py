@@ -44,6 +44,7 @@ class Plan:
     home: Path | None = None  # serve this home's replica
     db_path: Path | None = None  # serve this replica file
     port: int = DEFAULT_HTTP_PORT
+    host: str = "127.0.0.1"
     role: str | None = None
     instance: str | None = None
 
@@ -69,7 +70,8 @@ def plan(args: argparse.Namespace, resolve_home: Path) -> Plan:
         raise _usage(f"--port must be between 0 and 65535, got {port}")
     db = Path(args.db_path).expanduser().absolute() if args.db_path else None
     home = None if args.in_memory or db is not None else resolve_home
-    return Plan(args.transport, home, db, port, args.role, args.instance)
+    host = args.host.strip().lower() if args.host else "127.0.0.1"
+    return Plan(args.transport, home, db, port, host, args.role, args.instance)
 
 
 def home_of(p: Plan) -> Path | None:
@@ -112,16 +114,49 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
             asyncio.run(serve_stdio(replica, source, p.role, p.instance, fleet_id=fleet_of(p)))
         else:
-            asyncio.run(serve_http(replica, source, p.port, fleet_of(p), json_out=args.json))
+            asyncio.run(serve_http(replica, source, p.port, fleet_of(p), host=p.host, json_out=args.json))
     finally:
         replica.close()
     return 0
 
 
 async def serve_http(replica: Replica, source: Source | None, port: int, fleet_id: str | None, *,
-                     json_out: bool) -> None:
+                     host: str = "127.0.0.1", json_out: bool = False) -> None:
     """Serve MCP streamable HTTP at ``http://127.0.0.1:<port>/mcp`` until SIGINT or SIGTERM."""
-    raise NotImplementedError  # wired to peerd's local server once it is on this branch
+    import asyncio  # noqa: PLC0415 - keeps quick commands quick to start
+    import signal  # noqa: PLC0415
+
+    from mcp_server.waiter import FeedWaiter  # noqa: PLC0415
+    from peerd.errors import DaemonError  # noqa: PLC0415
+    from peerd.local import LocalServer, build_app, mcp_builder  # noqa: PLC0415
+    from replica.feed import ChangeFeed  # noqa: PLC0415
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    feed = await asyncio.to_thread(ChangeFeed, replica, source)
+    waiter = FeedWaiter(feed)
+    try:
+        for sig in signals:
+            loop.add_signal_handler(sig, stop.set)
+        app = build_app([], mcp_builder(replica, waiter, fleet_id=lambda: fleet_id))
+        try:
+            server = LocalServer(app, port)
+            await server.start()
+        except DaemonError:
+            raise CliError(f"cannot serve MCP on 127.0.0.1:{port}: the port is taken or not allowed; "
+                           "pick another with --port (0 picks a free one)") from None
+        try:
+            announce(f"http://{host}:{server.port}/mcp", replica.node_id, json_out=json_out)
+            await stop.wait()
+        finally:
+            waiter.close()  # calls waiting for messages return now, so the server stops at once
+            await server.stop()
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        waiter.close()
+        await asyncio.to_thread(feed.close)
 
 
 def announce(url: str, node_id: str, *, json_out: bool) -> None:
