@@ -3,8 +3,7 @@
 ``ops`` is the source of truth (every signed op, keyed by (origin, seq), its
 rowid is the local arrival sequence ``lseq``); a message op also carries its
 message columns in the same row (one insert per message; ``messages`` is a
-view over them); a thread message also carries ``tseq``, its number within
-its thread in this replica's arrival order. ``routes`` files messages to several roles under each role;
+view over them). ``routes`` files messages to several roles under each role;
 a message to one role or to ``broadcast`` is found through its channel column.
 Every other table is a projection of the ops and can be rebuilt from them.
 ``origins.hlc`` on this node's own row is the persisted HLC high-water mark. ``meta.schema_version``
@@ -73,21 +72,17 @@ CREATE TABLE senders(
 INSERT INTO meta(k, v) VALUES ('fts_upto', 0);
 """
 
-# v3: per-thread numbers. A thread message gets ``tseq`` = 1, 2, 3, ... in the
-# order it lands in this replica, within its thread (the ``seq`` of the thread
-# API and tools). Existing thread messages are numbered per thread by lseq,
-# which is the order they landed in.
-SCHEMA_V3 = """
-ALTER TABLE ops ADD COLUMN tseq INTEGER;
-UPDATE ops SET tseq = n.tseq FROM (
-    SELECT lseq, row_number() OVER (PARTITION BY thread ORDER BY lseq) AS tseq FROM ops WHERE thread IS NOT NULL
-) AS n WHERE ops.lseq = n.lseq;
-DROP INDEX messages_by_thread;
-CREATE UNIQUE INDEX messages_by_thread ON ops(thread, tseq) WHERE thread IS NOT NULL;
-DROP VIEW messages;
-CREATE VIEW messages AS
-    SELECT lseq, id, sender, sender_inst, channel, to_inst, thread, content, hlc, tseq FROM ops WHERE id IS NOT NULL
+# Per-thread numbers: ``thread_seqs`` gives each thread message its number
+# within its thread, 1, 2, 3, ... in the order it landed in this replica (the
+# ``seq`` of the thread API and tools); a projection of the ops like the others.
+# Existing thread messages are numbered per thread by lseq, the order they landed in.
+SCHEMA_THREAD_SEQS = """
+CREATE TABLE thread_seqs(lseq INTEGER PRIMARY KEY, thread TEXT NOT NULL, tseq INTEGER NOT NULL);
+CREATE UNIQUE INDEX thread_seqs_by_thread ON thread_seqs(thread, tseq);
+INSERT INTO thread_seqs(lseq, thread, tseq)
+    SELECT lseq, thread, row_number() OVER (PARTITION BY thread ORDER BY lseq) FROM ops
+    WHERE thread IS NOT NULL AND id IS NOT NULL
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3)
+MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_THREAD_SEQS)
 LATEST = len(MIGRATIONS)

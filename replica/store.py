@@ -6,9 +6,9 @@ Invariants:
   allocates seqs and lseqs inside that transaction.
 * ``store_op`` is idempotent: an op already held (same origin and seq) is
   ignored, and the projections are touched only for a newly stored op.
-* A thread message's ``tseq`` is the next number of its thread, taken as it
-  lands (inside the write transaction): 1, 2, 3, ... per thread, no gaps, in
-  this replica's arrival order.
+* A thread message's number in its thread (``thread_seqs.tseq``) is the next
+  one of its thread, taken as it lands (inside the write transaction): 1, 2,
+  3, ... per thread, no gaps, in this replica's arrival order.
 * LWW projections change only when the register write wins: ``_LWW_UPSERT`` is
   ``lww.wins`` in SQL, and ``tests/test_crdt_properties.py`` checks the two agree.
 * sqlite3 errors are translated to ``StoreError`` here and go no further.
@@ -177,22 +177,16 @@ def origin_id(cur: sqlite3.Cursor, node: bytes) -> int:
     return int(cur.lastrowid or 0)
 
 
-# A thread message takes the next number of its thread (``tseq``) as it lands: inside the
-# write transaction, so numbers are unique per thread and follow this replica's arrival order.
-_INSERT_MESSAGE = (
-    "INSERT OR IGNORE INTO ops(oid, seq, blob, id, sender, sender_inst, channel, to_inst, thread, content, hlc, tseq)"
-    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
-    " CASE WHEN ?9 IS NULL THEN NULL"
-    " ELSE coalesce((SELECT tseq FROM ops WHERE thread = ?9 ORDER BY tseq DESC LIMIT 1), 0) + 1 END)"
-)
-
-
 def store_op(cur: sqlite3.Cursor, oid: int, op: Op) -> int | None:
     """Store ``op`` with its projections; its lseq if new, None if already held."""
     if op.kind == KIND_MSG:
         b = op.body
-        cur.execute(_INSERT_MESSAGE, (oid, op.seq, op.raw, message_id(op.origin, op.seq), b["f"], b["fi"], b["c"],
-                                      b["ti"], b["t"], b["x"], op.hlc))
+        cur.execute(
+            "INSERT OR IGNORE INTO ops(oid, seq, blob, id, sender, sender_inst, channel, to_inst, thread, content, hlc)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (oid, op.seq, op.raw, message_id(op.origin, op.seq), b["f"], b["fi"], b["c"], b["ti"], b["t"], b["x"],
+             op.hlc),
+        )
     else:
         cur.execute("INSERT OR IGNORE INTO ops(oid, seq, blob, hlc) VALUES (?, ?, ?, ?)", (oid, op.seq, op.raw, op.hlc))
     if cur.rowcount != 1:
@@ -202,9 +196,19 @@ def store_op(cur: sqlite3.Cursor, oid: int, op: Op) -> int | None:
     return lseq
 
 
+# A thread message takes the next number of its thread as it lands: inside the write
+# transaction, so numbers are unique per thread and follow this replica's arrival order.
+_NUMBER_IN_THREAD = (
+    "INSERT OR IGNORE INTO thread_seqs(lseq, thread, tseq) VALUES (?1, ?2,"
+    " coalesce((SELECT tseq FROM thread_seqs WHERE thread = ?2 ORDER BY tseq DESC LIMIT 1), 0) + 1)"
+)
+
+
 def materialize(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
     """Project a newly stored op (its message columns are already in its row)."""
     if op.kind == KIND_MSG:
+        if op.body["t"] is not None:
+            cur.execute(_NUMBER_IN_THREAD, (lseq, op.body["t"]))
         keys = routing.route_keys(op.body["c"], op.body["t"])
         if len(keys) > 1:  # one role or broadcast: found through the channel column
             cur.executemany("INSERT OR IGNORE INTO routes(role, lseq) VALUES (?, ?)", [(k, lseq) for k in keys])

@@ -5,7 +5,7 @@ Invariants:
   agents join, and only present participants append.
 * A thread message is an ordinary message with a thread id and no channel; its
   ``seq`` is its number within the thread in this replica's arrival order
-  (1, 2, 3, ..., given as it lands: ``store.store_op``), so ``poll(after_seq)``
+  (1, 2, 3, ..., given as it lands: ``thread_seqs``, ``store.materialize``), so ``poll(after_seq)``
   never skips a message that arrives late and the first message is seq 1.
 * Read state is the agent's receipts on the thread's messages (instance key
   ``""``), so it merges like any other receipt.
@@ -36,15 +36,16 @@ from replica.profiles import Profiles
 # Per (thread ?2, agent ?1): message count, newest creation, highest read seq, unread, unread from others.
 _READ_COUNTS = (
     "SELECT count(*), max(m.hlc),"
-    " coalesce(max(CASE WHEN rc.read IS NOT NULL THEN m.tseq END), 0),"
+    " coalesce(max(CASE WHEN rc.read IS NOT NULL THEN ts.tseq END), 0),"
     " coalesce(sum(rc.read IS NULL), 0),"
     " coalesce(sum(rc.read IS NULL AND m.sender != ?1), 0)"
-    " FROM messages m LEFT JOIN receipts rc ON rc.msg_id = m.id AND rc.role = ?1 AND rc.inst = ''"
-    " WHERE m.thread = ?2"
+    " FROM thread_seqs ts JOIN ops m ON m.lseq = ts.lseq"
+    " LEFT JOIN receipts rc ON rc.msg_id = m.id AND rc.role = ?1 AND rc.inst = ''"
+    " WHERE ts.thread = ?2"
 )
 
 
-_POLL = "SELECT tseq, id, sender, content, hlc, thread FROM messages"
+_POLL = "SELECT ts.tseq, m.id, m.sender, m.content, m.hlc, ts.thread FROM thread_seqs ts JOIN ops m ON m.lseq = ts.lseq"
 
 
 def _thread_message(r: Any) -> ThreadMessage:
@@ -156,7 +157,7 @@ class Threads(Profiles):
         body = {"f": aid, "fi": None, "c": None, "ti": None, "t": tid, "x": check_content(content)}
         lseq, _op = self._write(KIND_MSG, const_body(body))
         with self._store.read() as cur:
-            row = cur.execute(f"{_POLL} WHERE lseq = ?", (lseq,)).fetchone()
+            row = cur.execute(f"{_POLL} WHERE ts.lseq = ?", (lseq,)).fetchone()
         return _thread_message(row)
 
     def poll(self, thread_id: str, after_seq: int = 0, limit: int = MAX_LIMIT) -> list[ThreadMessage]:
@@ -165,7 +166,7 @@ class Threads(Profiles):
         after = check_count(after_seq, "after_seq", high=MAX_SEQ)
         limit = check_limit(limit)
         with self._store.read() as cur:
-            rows = cur.execute(f"{_POLL} WHERE thread = ? AND tseq > ? ORDER BY tseq LIMIT ?",
+            rows = cur.execute(f"{_POLL} WHERE ts.thread = ? AND ts.tseq > ? ORDER BY ts.tseq LIMIT ?",
                                (tid, after, limit)).fetchall()
         return [_thread_message(r) for r in rows]
 
@@ -176,9 +177,9 @@ class Threads(Profiles):
         upto = check_count(seq, "seq", high=MAX_SEQ)
         with self._store.read() as cur:
             rows = cur.execute(
-                "SELECT m.id, rc.delivered FROM messages m LEFT JOIN receipts rc"
-                " ON rc.msg_id = m.id AND rc.role = ? AND rc.inst = ''"
-                " WHERE m.thread = ? AND m.tseq <= ? AND rc.read IS NULL",
+                "SELECT m.id, rc.delivered FROM thread_seqs ts JOIN ops m ON m.lseq = ts.lseq"
+                " LEFT JOIN receipts rc ON rc.msg_id = m.id AND rc.role = ? AND rc.inst = ''"
+                " WHERE ts.thread = ? AND ts.tseq <= ? AND rc.read IS NULL",
                 (aid, tid, upto),
             ).fetchall()
         now = self._wall()
