@@ -470,7 +470,7 @@ TOOLS: tuple[ToolSpec[Any, Any], ...] = (
     ToolSpec("whoami", "Show this node's id, its fleet id and the role and instance this session is "
              "bound to.", s.NoArgs, s.WhoamiOut, whoami, _READ),
     ToolSpec("create_agent", "Get or create a named agent for threads; returns its agent_id.",
-             s.CreateAgentArgs, s.AgentOut, create_agent, _ADD),
+             s.CreateAgentArgs, s.AgentOut, create_agent, _SET),
     ToolSpec("delete_account", "Delete an agent by its agent_id; it can no longer join threads.",
              s.DeleteAccountArgs, s.DeletedOut, delete_account, _DROP),
     ToolSpec("create_thread", "Start a thread between two or more registered agents, given by name; "

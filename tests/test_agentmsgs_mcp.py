@@ -68,6 +68,9 @@ async def test_worker_loop_over_stdio_in_memory() -> None:
         tid = await worker_loop(c)
         first = data(await c.call_tool("poll", {"thread_id": tid}))["messages"][0]
         assert (first["seq"], first["content"]) == (1, "task one")
+        empty = data(await c.call_tool("create_thread", {"participant_names": ["Boss", "Worker"]}))
+        info = data(await c.call_tool("thread_info", {"thread_id": empty["thread_id"]}))
+        assert (info["message_count"], info["latest_message"]) == (0, None)
         bad = await c.call_tool("create_thread", {"participant_names": ["Boss", "boss"]})
         assert bad.is_error and bad.content[0].text.startswith(  # type: ignore[union-attr]
             "invalid_argument: need >=2 participants")
