@@ -135,21 +135,6 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_mcp(args: argparse.Namespace) -> int:
-    import asyncio  # noqa: PLC0415 - keeps quick commands quick to start
-
-    try:
-        from mcp_server.stdio import run_stdio  # noqa: PLC0415 - heavy import, only for this command
-    except ImportError as exc:
-        raise CliError(f"the MCP server is not available: {exc}") from None
-    cfg, _ = open_fleet(_home(args), flag=_flag(args), create=args.init)
-    from peerd.feedlink import DaemonLink  # noqa: PLC0415
-
-    asyncio.run(run_stdio(_home(args), role=args.role, instance=args.instance, fleet_id=cfg.fleet_id,
-                          source=DaemonLink(_home(args)), broadcast_history_ms=cfg.broadcast_history_ms))
-    return 0
-
-
 def cmd_doctor(args: argparse.Namespace) -> int:
     from peerd import doctor  # noqa: PLC0415 - only this command needs it
 

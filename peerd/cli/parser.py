@@ -21,7 +21,6 @@ from peerd.cli.commands import (
     cmd_invite,
     cmd_join,
     cmd_log,
-    cmd_mcp,
     cmd_peers,
     cmd_profile,
     cmd_read,
@@ -32,6 +31,7 @@ from peerd.cli.commands import (
     cmd_stop,
     cmd_threads,
 )
+from peerd.cli.mcpserve import DEFAULT_HTTP_PORT, cmd_mcp
 
 _INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
 _UNRECOGNIZED = re.compile(r"unrecognized arguments: (.*)")
@@ -114,9 +114,20 @@ def _setup_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--timeout", type=_positive, default=30.0, help="seconds to wait for it to exit (default 30)")
     s.set_defaults(fn=cmd_stop)
 
-    s = sub.add_parser("mcp", parents=[common], help="serve MCP over stdio on this home's replica")
-    s.add_argument("--role", help="bind this session to a role (used when a tool call omits it)")
-    s.add_argument("--instance", help="bind this session to an instance id")
+    s = sub.add_parser("mcp", parents=[common],
+                       help="serve the MCP tools (stdio or HTTP) on this home's replica, a replica file or memory")
+    s.add_argument("--transport", choices=["stdio", "http"], default="stdio",
+                   help="stdio (default), or streamable HTTP on 127.0.0.1 at /mcp")
+    where = s.add_mutually_exclusive_group()
+    where.add_argument("--db-path", metavar="FILE",
+                       help="serve this replica file (created if missing, its node key kept beside it)")
+    where.add_argument("--in-memory", action="store_true",
+                       help="serve a replica in this process's memory (shared with nobody, gone on exit)")
+    s.add_argument("--host", help="with --transport http: 127.0.0.1 (default) or localhost")
+    s.add_argument("--port", type=int,
+                   help=f"with --transport http: the port (default {DEFAULT_HTTP_PORT}; 0 picks a free one)")
+    s.add_argument("--role", help="stdio: bind this session to a role (used when a tool call omits it)")
+    s.add_argument("--instance", help="stdio: bind this session to an instance id")
     s.add_argument("--init", action="store_true", help="create the home (a new fleet) if there is none")
     s.set_defaults(fn=cmd_mcp)
 
