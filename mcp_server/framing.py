@@ -78,10 +78,13 @@ def allowed(sender: str, senders: Iterable[str]) -> bool:
 
 
 def channel_meta(m: Mail) -> dict[str, str]:
-    """The ``<channel>`` tag's attributes for a message: ids to act on it, who sent it, where."""
+    """The ``<channel>`` tag's attributes for a message: ids to act on it, who sent it, where.
+    ``seq`` is what the tools call it: the arrival position (check_messages), or for a thread
+    message its number in the thread (poll, mark_read)."""
     raw = {
         "message_id": m.id, "receipt_id": m.receipt_id, "from": m.sender, "from_instance_id": m.sender_instance,
-        "channel": m.channel, "thread_id": m.thread, "seq": str(m.seq), "created": m.created,
+        "channel": m.channel, "thread_id": m.thread, "seq": str(m.thread_seq if m.thread else m.seq),
+        "created": m.created,
     }
     return {meta_key(k): meta_value(v) for k, v in raw.items() if v is not None}
 
@@ -122,7 +125,7 @@ def instructions(role: str, instance: str | None) -> str:
 
 
 def hook_entry(n: int, m: Mail) -> str:
-    where = f"thread {m.thread} (seq {m.seq})" if m.thread else f"channel {m.channel}"
+    where = f"thread {m.thread} (seq {m.thread_seq})" if m.thread else f"channel {m.channel}"
     sender = meta_value(m.sender) + (f" (instance {meta_value(m.sender_instance)})" if m.sender_instance else "")
     body = cut(neutralise(m.content), HOOK_BODY_CHARS, "check_messages returns the whole message")
     return (f"[{n}] from {sender}, {where}, {m.created}; message_id {m.id}, receipt_id {m.receipt_id}\n"

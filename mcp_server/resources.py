@@ -95,7 +95,7 @@ def thread_doc(r: Replica, ref: ThreadRef) -> dict[str, Any]:
     info = r.get_thread_info(ref.thread_id)
     if info is None:
         raise NotFound(f"unknown thread {ref.thread_id!r}")
-    tail = r.thread_tail(ref.thread_id, THREAD_MESSAGES)
+    tail = r.poll(ref.thread_id, max(0, info.message_count - THREAD_MESSAGES), THREAD_MESSAGES)  # seqs 1..count
     names: dict[str, str] = {}
     for aid in {*info.participants, *(m.sender for m in tail)}:
         agent = r.get_agent(aid)

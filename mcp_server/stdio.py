@@ -23,7 +23,7 @@ from mcp_server.channel import PushConfig, PushHub
 from mcp_server.server import build_server
 from mcp_server.tools import SessionBinding
 from mcp_server.waiter import FeedWaiter
-from replica import open_home
+from replica import Replica, open_home
 from replica.feed import ChangeFeed, FileWatch, Source
 
 
@@ -32,21 +32,32 @@ async def run_stdio(home: Path, role: str | None = None, instance: str | None = 
                     push_from: Sequence[str] = ()) -> None:
     """Serve every peerd tool over stdin/stdout on the replica in ``home`` until stdin closes.
     ``source`` tells the change feed about other processes' writes (default: a ``FileWatch``);
-    ``push`` / ``push_from`` (an allowlist of senders) shape the channel pushes of a bound session."""
+    ``push`` / ``push_from``: see ``serve_stdio``."""
     replica = await asyncio.to_thread(open_home, home)
     try:
-        feed = await asyncio.to_thread(ChangeFeed, replica, source or FileWatch(replica.path))
-        waiter = FeedWaiter(feed)
-        bind = SessionBinding(role, instance)
-        config = PushConfig(bind, enabled=push, senders=frozenset(push_from))
-        hub = PushHub(lambda: replica, waiter, lambda _request: config)
-        try:
-            server = build_server(replica, waiter=waiter, bind=bind, push=hub,
-                                  fleet_id=(lambda: fleet_id) if fleet_id is not None else None)
-            await server.run_stdio_async()
-        finally:
-            await hub.aclose()
-            waiter.close()
-            await asyncio.to_thread(feed.close)
+        await serve_stdio(replica, source or FileWatch(replica.path), role, instance, fleet_id=fleet_id,
+                          push=push, push_from=push_from)
     finally:
         await asyncio.to_thread(replica.close)
+
+
+async def serve_stdio(replica: Replica, source: Source | None, role: str | None = None,
+                      instance: str | None = None, *, fleet_id: str | None = None, push: bool = True,
+                      push_from: Sequence[str] = ()) -> None:
+    """Serve every peerd tool over stdin/stdout on an open ``replica`` until stdin closes.
+    ``source``: how the feed learns of other processes' writes (None: nobody else writes,
+    as for a replica in memory). ``push`` / ``push_from`` (an allowlist of senders) shape the
+    channel pushes of a bound session. The caller closes the replica."""
+    feed = await asyncio.to_thread(ChangeFeed, replica, source)
+    waiter = FeedWaiter(feed)
+    bind = SessionBinding(role, instance)
+    config = PushConfig(bind, enabled=push, senders=frozenset(push_from))
+    hub = PushHub(lambda: replica, waiter, lambda _request: config)
+    try:
+        server = build_server(replica, waiter=waiter, bind=bind, push=hub,
+                              fleet_id=(lambda: fleet_id) if fleet_id is not None else None)
+        await server.run_stdio_async()
+    finally:
+        await hub.aclose()
+        waiter.close()
+        await asyncio.to_thread(feed.close)

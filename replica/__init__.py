@@ -15,6 +15,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
+from replica.routing import DEFAULT_BROADCAST_HISTORY_MS
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
         Page,
         Profile,
         ReadState,
+        RecipientCheck,
         RecipientStatus,
         SearchHit,
         SenderSeen,
@@ -59,8 +62,8 @@ ORPHAN_KEY_AGE = 60.0  # seconds; a key and its database are always created mome
 _ERRORS = ("InvalidArgument", "InvalidOp", "LocalError", "NotFound", "PeerdError", "RemoteError", "StoreError",
            "Undecodable")
 _MODELS = ("Agent", "ApplyResult", "FileCheck", "Inbox", "InboxMessage", "LogMessage", "MessageLog", "Page",
-           "Profile", "ReadState", "RecipientStatus", "SearchHit", "SenderSeen", "SentMessage", "Thread",
-           "ThreadInfo", "ThreadMessage", "ThreadSummary", "receipt_state")
+           "Profile", "ReadState", "RecipientCheck", "RecipientStatus", "SearchHit", "SenderSeen", "SentMessage",
+           "Thread", "ThreadInfo", "ThreadMessage", "ThreadSummary", "receipt_state")
 _WHERE = {
     "Replica": "replica.api", "agent_id_for": "replica.api", "check_file": "replica.store",
     **dict.fromkeys(_ERRORS, "replica.errors"), **dict.fromkeys(_MODELS, "replica.models"),
@@ -76,8 +79,15 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-def open_home(home: Path) -> Replica:
-    """Open the replica kept in ``home`` (creating folder, key and database if needed).
+def key_path(db: Path) -> Path:
+    """Where the node key of the replica file ``db`` is kept: ``node.key`` beside a home's
+    ``replica.db`` (so the file is that node), else ``<file>.key`` beside the file."""
+    return db.with_name(KEY_FILE) if db.name == REPLICA_FILE else db.with_name(f"{db.name}.key")
+
+
+def open_file(db: Path, *, broadcast_history_ms: int = DEFAULT_BROADCAST_HISTORY_MS) -> Replica:
+    """Open the replica file ``db`` as the node whose key is kept beside it (``key_path``),
+    creating file and key if needed (``broadcast_history_ms``: see ``Replica.open``).
 
     A node key whose database is gone (deleted, restored without it) is retired, not
     reused: its peers still hold its old ops, so new ops under the same key would reuse
@@ -85,23 +95,36 @@ def open_home(home: Path) -> Replica:
     """
     from replica import identity  # noqa: PLC0415 - loads signing: only when a replica is opened
     from replica.api import Replica  # noqa: PLC0415
+    from replica.store import Store  # noqa: PLC0415
 
-    home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    key = home / KEY_FILE
-    if not (home / REPLICA_FILE).exists() and key.exists() and time.time() - key.stat().st_mtime > ORPHAN_KEY_AGE:
+    db.parent.mkdir(parents=True, exist_ok=True)
+    key = key_path(db)
+    if not db.exists() and key.exists() and time.time() - key.stat().st_mtime > ORPHAN_KEY_AGE:
         import logging  # noqa: PLC0415 - only this rare path logs
 
-        retired = key.with_name(f"{KEY_FILE}.retired-{int(time.time())}")
+        retired = key.with_name(f"{key.name}.retired-{int(time.time())}")
         os.replace(key, retired)
         logging.getLogger("replica").warning("replica database missing beside an old node key: retired the key "
                                              "as %s; this replica starts as a new node", retired.name)
-    return Replica.open(home / REPLICA_FILE, identity.load_or_create(key))
+    st = Store(db)  # before the key: a file that is no replica gets no key beside it
+    try:
+        return Replica(st, identity.load_or_create(key), broadcast_history_ms=broadcast_history_ms)
+    except BaseException:
+        st.close()
+        raise
+
+
+def open_home(home: Path, *, broadcast_history_ms: int = DEFAULT_BROADCAST_HISTORY_MS) -> Replica:
+    """Open the replica kept in ``home`` (creating folder, key and database if needed)."""
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return open_file(home / REPLICA_FILE, broadcast_history_ms=broadcast_history_ms)
 
 
 __all__ = [
     "Agent", "ApplyResult", "FileCheck", "Inbox", "InboxMessage", "InvalidArgument", "InvalidOp", "LocalError",
-    "LogMessage", "MessageLog", "NotFound", "Page", "PeerdError", "Profile", "ReadState", "RecipientStatus",
+    "LogMessage", "MessageLog", "NotFound", "Page", "PeerdError", "Profile", "ReadState", "RecipientCheck",
+    "RecipientStatus",
     "RemoteError", "Replica", "SearchHit", "SenderSeen", "SentMessage", "StoreError", "Thread", "ThreadInfo",
     "ThreadMessage", "ThreadSummary", "Undecodable",
-    "agent_id_for", "check_file", "open_home", "receipt_state",
+    "agent_id_for", "check_file", "key_path", "open_file", "open_home", "receipt_state",
 ]

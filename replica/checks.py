@@ -22,6 +22,7 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
 MAX_QUERY_WORDS = 32
 MAX_COUNT = 2**63 - 1  # the largest SQLite integer
+MAX_SEQ = 2**53 - 1  # the largest integer every JSON client reads exactly; beyond it a seq is a mistake
 
 _CONTROL = re.compile(r"[\x00-\x1f]")
 

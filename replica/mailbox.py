@@ -5,7 +5,8 @@ Invariants:
 * The inbox SQL (``INBOX_SOURCES``, ``ADDRESSED``, ``inbox_sql``) is ``routing.visible_to``
   written once, here; ``messaging`` reads inboxes with it and ``tests/test_routing.py``
   checks it against the pure rule.
-* *Mail* of a reader (role, instance) is what its inbox holds unread, plus, if an agent
+* *Mail* of a reader (role, instance) is what its inbox holds unread (broadcasts within
+  the role's broadcast history, ``routing.in_broadcast_history``), plus, if an agent
   carries the role's name, the thread messages from others in that agent's threads that
   the agent has not read (thread receipts are the agent's, instance key ``""``).
   *Pending* narrows it to mail no one has delivered yet (no delivered time on its receipt).
@@ -20,8 +21,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from replica.hlc import to_iso
+from replica.hlc import pack, to_iso
 from replica.ids import agent_id_for, receipt_id
+from replica.routing import broadcast_floor as broadcast_floor_ms
 
 BUSY_TIMEOUT_S = 5.0
 
@@ -34,11 +36,13 @@ INBOX_SOURCES = (
 )
 # The instance rules of ``routing.visible_to`` for (role ?1, instance key ?2, instance ?4).
 ADDRESSED = "(m.to_inst IS NULL OR m.to_inst = ?4) AND NOT (m.sender = ?1 AND coalesce(m.sender_inst, '') = ?2)"
+# ``routing.in_broadcast_history``: a broadcast created before the role's floor (HLC ?6) is not in its inbox.
+IN_HISTORY = "(m.channel IS NOT 'broadcast' OR m.hlc >= ?6)"
 
 
 def inbox_sql(source: str, *, unread_only: bool, order: str, undelivered_only: bool = False) -> str:
     """One index scan of ``source`` in lseq ``order``, stopping at ``limit`` (?5) matches."""
-    where = ADDRESSED + (" AND rc.read IS NULL" if unread_only else "")
+    where = f"{ADDRESSED} AND {IN_HISTORY}" + (" AND rc.read IS NULL" if unread_only else "")
     where += " AND rc.delivered IS NULL" if undelivered_only else ""
     return (
         "SELECT m.lseq, m.id, m.sender, m.sender_inst, m.channel, m.to_inst, m.content, m.hlc, rc.read, rc.delivered"
@@ -58,10 +62,12 @@ _PENDING = tuple(inbox_sql(src, unread_only=True, order="ASC", undelivered_only=
 
 
 def _thread_sql(*, undelivered_only: bool) -> str:
-    """Unread thread messages from others in agent ?1's threads after lseq ?2, at most ?3."""
+    """Unread thread messages from others in agent ?1's threads after lseq ?2, at most ?3
+    (with each one's number in its thread, ``thread_seqs``)."""
     return (
-        "SELECT m.lseq, m.id, m.sender, m.thread, m.content, m.hlc, rc.delivered, a.name"
+        "SELECT m.lseq, m.id, m.sender, m.thread, m.content, m.hlc, rc.delivered, a.name, ts.tseq"
         " FROM members mb JOIN ops m ON m.thread = mb.thread AND m.lseq > ?2"
+        " JOIN thread_seqs ts ON ts.lseq = m.lseq"
         " LEFT JOIN receipts rc ON rc.msg_id = m.id AND rc.role = ?1 AND rc.inst = ''"
         " LEFT JOIN agents a ON a.id = m.sender"
         " WHERE mb.agent = ?1 AND mb.present = 1 AND m.sender != ?1 AND rc.read IS NULL"
@@ -74,8 +80,10 @@ _THREAD_PENDING = _thread_sql(undelivered_only=True)
 
 
 class Mail(NamedTuple):
-    """One message of a reader's mail. ``key`` is its receipt's key (message, role, instance key);
-    ``sender`` is a role, or an agent's name for a thread message."""
+    """One message of a reader's mail. ``seq`` is its arrival position here; a thread message
+    also has ``thread`` and ``thread_seq`` (its number in the thread, what ``mark_read`` takes).
+    ``key`` is its receipt's key (message, role, instance key); ``sender`` is a role, or an
+    agent's name for a thread message."""
 
     seq: int
     id: str
@@ -89,6 +97,7 @@ class Mail(NamedTuple):
     created: str
     delivered: int | None
     key: tuple[str, str, str]
+    thread_seq: int | None = None
 
 
 def _inbox_mail(r: Any, role: str, inst_key: str) -> Mail:
@@ -98,16 +107,30 @@ def _inbox_mail(r: Any, role: str, inst_key: str) -> Mail:
 
 def _thread_mail(r: Any, aid: str) -> Mail:
     return Mail(r[0], r[1], receipt_id(r[1], aid, ""), r[7] or r[2], None, None, None, r[3], r[4], to_iso(r[5]),
-                r[6], (r[1], aid, ""))
+                r[6], (r[1], aid, ""), r[8])
 
 
-def mail(cur: sqlite3.Cursor, role: str, instance: str | None = None, *, after: int = 0, limit: int = 50,
-         pending_only: bool = True, threads: bool = True) -> list[Mail]:
-    """The first ``limit`` messages of (role, instance)'s mail after lseq ``after``, by lseq;
-    ``pending_only``: only what was never delivered. Names must already be checked."""
+def first_seen_at(cur: sqlite3.Cursor, role: str) -> int | None:
+    """When ``role`` was first seen in the fleet (wall ms; ``replica.firstseen``), or None."""
+    row = cur.execute("SELECT at FROM first_seen WHERE role = ?", (role,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def broadcast_floor(cur: sqlite3.Cursor, role: str, now_ms: int, history_ms: int) -> int:
+    """The HLC below which broadcasts are not in ``role``'s inbox: ``history_ms`` before it was
+    first seen, or before now if it never was (as its first ``check_messages`` would record)."""
+    first = first_seen_at(cur, role)
+    return pack(broadcast_floor_ms(now_ms if first is None else first, history_ms))
+
+
+def mail(cur: sqlite3.Cursor, role: str, instance: str | None = None, *, floor: int, after: int = 0,
+         limit: int = 50, pending_only: bool = True, threads: bool = True) -> list[Mail]:
+    """The first ``limit`` messages of (role, instance)'s mail after lseq ``after``, by lseq, with
+    broadcasts from HLC ``floor`` on (``broadcast_floor``); ``pending_only``: only what was never
+    delivered. Names must already be checked."""
     inst_key = instance or ""
     scans = _PENDING if pending_only else _MAIL
-    args = (role, inst_key, after, instance, limit)
+    args = (role, inst_key, after, instance, limit, floor)
     out = [_inbox_mail(r, role, inst_key) for r in merged((r for sql in scans for r in cur.execute(sql, args)),
                                                            newest_first=False)]
     if threads:
@@ -141,9 +164,3 @@ def delivered_among(cur: sqlite3.Cursor, keys: Iterable[tuple[str, str, str]]) -
     sql = "SELECT 1 FROM receipts WHERE msg_id = ? AND role = ? AND inst = ? AND delivered IS NOT NULL"
     return {key for key in keys if cur.execute(sql, key).fetchone() is not None}
 
-
-def thread_tail(cur: sqlite3.Cursor, thread_id: str, limit: int) -> list[tuple[int, str, str, str, str]]:
-    """The newest ``limit`` messages of a thread, oldest first: (seq, id, sender id, content, created)."""
-    rows = cur.execute("SELECT lseq, id, sender, content, hlc FROM ops WHERE thread = ? ORDER BY lseq DESC LIMIT ?",
-                       (thread_id, limit)).fetchall()
-    return [(r[0], r[1], r[2], r[3], to_iso(r[4])) for r in reversed(rows)]

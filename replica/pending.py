@@ -17,7 +17,6 @@ from replica import mailbox
 from replica.checks import MAX_LIMIT, check_count, check_limit, check_name, required_name
 from replica.core import ReplicaCore
 from replica.mailbox import Mail
-from replica.models import ThreadMessage
 
 
 class PendingMail(ReplicaCore):
@@ -29,15 +28,10 @@ class PendingMail(ReplicaCore):
         inst = check_name(instance, "instance", optional=True)
         after = check_count(after, "after")
         limit = check_limit(limit)
+        first, _ = self._first_seen(r, self._wall())
         with self._store.read() as cur:
-            return mailbox.mail(cur, r, inst, after=after, limit=limit, pending_only=pending_only, threads=threads)
-
-    def thread_tail(self, thread_id: str, limit: int = 50) -> list[ThreadMessage]:
-        """The newest ``limit`` messages of a thread, oldest first (sender as agent id)."""
-        tid = required_name(thread_id, "thread id")
-        with self._store.read() as cur:
-            rows = mailbox.thread_tail(cur, tid, check_limit(limit))
-        return [ThreadMessage(*row) for row in rows]
+            return mailbox.mail(cur, r, inst, floor=self._broadcast_floor(first), after=after, limit=limit,
+                                pending_only=pending_only, threads=threads)
 
     def record_delivered(self, items: Sequence[Mail]) -> int:
         """Record *delivered* now for each of ``items`` not delivered yet; returns how many."""

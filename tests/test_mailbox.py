@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replica import Replica, agent_id_for
-from replica.mailbox import connect, delivered_among, mail
+from replica.mailbox import broadcast_floor, connect, delivered_among, mail
 from replica.routing import Envelope, visible_to
 
 ROLES = ("alpha", "beta", "gamma")
@@ -76,13 +76,31 @@ def test_thread_mail_goes_to_the_agent_named_like_the_role(mem: Replica) -> None
     mine = mem.create_thread(a, b)
     other = mem.create_thread(a, g)
     mem.append(mine, b, "from beta itself")
-    seq = mem.append(mine, a, "for beta")
+    posted = mem.append(mine, a, "for beta")
     mem.append(other, a, "not beta's thread")
     got = mem.mail("beta")
-    assert [(m.content, m.thread, m.sender, m.key[1:]) for m in got] == [("for beta", mine, "alpha", (b, ""))]
+    assert [(m.content, m.thread, m.thread_seq, m.sender, m.key[1:]) for m in got] == [
+        ("for beta", mine, posted.seq, "alpha", (b, ""))]
     assert mem.mail("beta", threads=False) == []
-    mem.mark_read(mine, b, seq)
+    mem.mark_read(mine, b, posted.seq)
     assert mem.mail("beta", pending_only=False) == []
+
+
+def test_broadcasts_count_within_the_roles_history() -> None:
+    """A role's mail holds broadcasts from its broadcast history on (counted from now for a role
+    never seen), as check_messages does; the light path's floor is the replica's."""
+    day = 86_400_000
+    clock = [1_000 * day]
+    with Replica.open(":memory:", wall=lambda: clock[0], broadcast_history_ms=7 * day) as r:
+        r.send_message("alpha", "broadcast", "ancient")
+        clock[0] += 9 * day
+        recent = r.send_message("alpha", "broadcast", "recent").id
+        clock[0] += day
+        assert [m.id for m in r.mail("late")] == [recent]
+        with r._store.read() as cur:
+            floor = broadcast_floor(cur, "late", clock[0], 7 * day)
+            assert [m.id for m in mail(cur, "late", floor=floor)] == [recent]
+        assert [m.id for m in r.check_messages("late").messages] == [recent]
 
 
 def test_light_read_path_on_its_own_connection(file_replica: Replica) -> None:
@@ -91,7 +109,7 @@ def test_light_read_path_on_its_own_connection(file_replica: Replica) -> None:
     sent = file_replica.send_message("alpha", "beta", "x").id
     conn = connect(file_replica.path)
     try:
-        got = mail(conn.cursor(), "beta")
+        got = mail(conn.cursor(), "beta", floor=0)
         assert [m.id for m in got] == [sent]
         assert delivered_among(conn.cursor(), [got[0].key]) == set()
         file_replica.record_delivered(got)

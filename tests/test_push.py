@@ -195,10 +195,11 @@ async def test_thread_messages_reach_the_agent_named_like_the_role(host: Host) -
     tid = await asyncio.to_thread(r.create_thread, agent_id_for("alpha"), agent_id_for("beta"))
     async with session(host) as (_client, pushes, _hub):
         await asyncio.to_thread(r.append, tid, agent_id_for("beta"), "mine")
-        seq = await asyncio.to_thread(r.append, tid, agent_id_for("alpha"), "in the thread")
+        posted = await asyncio.to_thread(r.append, tid, agent_id_for("alpha"), "in the thread")
         event = await pushes.next_event()
         assert event.content == "in the thread"
-        assert (event.meta["thread_id"], event.meta["from"], event.meta["seq"]) == (tid, "alpha", str(seq))
+        assert (event.meta["thread_id"], event.meta["from"], event.meta["seq"]) == (tid, "alpha", "2")
+        assert posted.seq == 2  # the thread's own number, what mark_read takes
         assert "channel" not in event.meta
 
 

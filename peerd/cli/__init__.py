@@ -1,28 +1,31 @@
 """The ``peerd`` command line.
 
-Commands: ``init``, ``invite``, ``join``, ``run``, ``mcp`` set up and serve a
-node; ``status``, ``peers`` ask the running daemon; ``send``, ``inbox``,
-``read``, ``log``, ``search``, ``threads``, ``profile`` work through the
-running daemon, or straight on the replica file when none runs; ``hook`` prints
-a role's unread mail for Claude Code and Codex hooks (exit 0 even when it
-fails, 1 for a usage error: never 2, which would block the prompt); ``doctor``
-checks the home, config, key, ports, mDNS, seeds, peers and clocks and says
-what to fix. Every command takes ``--home DIR`` (default: ``$PEERD_HOME``,
-else the user data folder) and ``--json`` (machine-readable output; with
-``--watch`` / ``--follow``, one JSON object per line).
+Commands: ``init``, ``invite``, ``join``, ``run``, ``stop``, ``mcp`` set up,
+serve and stop a node; ``status``, ``peers`` ask the running daemon; ``send``,
+``inbox``, ``read``, ``log``, ``search``, ``threads``, ``profile`` and
+``status MESSAGE_ID`` work through the running daemon, or straight on the
+replica file when none runs; ``hook`` prints a role's unread mail for Claude
+Code and Codex hooks (exit 0 even when it fails, 1 for a usage error: never 2,
+which would block the prompt); ``doctor`` checks the home, config, key, ports,
+mDNS, seeds, peers and clocks and says what to fix. Every command takes
+``--home DIR`` (default: ``$PEERD_HOME``, else the user data folder) and
+``--json`` (machine-readable output; with ``--watch`` / ``--follow``, one JSON
+object per line), before or after the command name.
 
 Exit codes:
   0    success (also when ``--watch`` / ``--follow`` is stopped with Ctrl-C)
   1    the request failed: bad argument, unknown id, the daemon refused it
   2    usage error: unknown command or flag, missing or malformed argument
-  3    no daemon is running for this home (``status``, ``peers``), or it stopped answering
-  4    no peerd home there (run ``peerd init``) for a command that works on the replica
+  3    no daemon is running for this home (``status``, ``peers``, ``stop``), or it stopped answering
+  4    no usable home: none there (run ``peerd init``) for a command that works on the replica or
+       ``mcp``; or a node whose config.toml is gone (``run``, ``init``, ``invite``, ``mcp --init``)
   5    ``peerd doctor`` found at least one problem
   130  interrupted (Ctrl-C) anywhere else
 
 The package's modules: ``errors`` (exit codes), ``format`` (pure text
 formatting), ``backends`` (the daemon's local API or the replica file),
-``commands`` (one function per command) and ``parser``.
+``setup`` (opening a home without silent mistakes), ``commands`` (one
+function per command) and ``parser``.
 """
 
 from __future__ import annotations
@@ -37,12 +40,25 @@ from peerd.errors import ConfigError, DaemonError
 from replica import PeerdError
 
 
+def hook_argv(words: Sequence[str]) -> list[str] | None:
+    """The arguments of ``peerd hook`` if that is the command (global options before it are
+    moved after it), else None: the hook runs on every prompt and skips loading the rest."""
+    globals_: list[str] = []
+    rest = list(words)
+    while rest and (rest[0] in ("--json", "--home") or rest[0].startswith("--home=")):
+        take = 2 if rest[0] == "--home" else 1
+        globals_ += rest[:take]
+        rest = rest[take:]
+    return [*rest[1:], *globals_] if rest[:1] == ["hook"] else None
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     words = list(sys.argv[1:] if argv is None else argv)
-    if words[:1] == ["hook"]:  # runs on every prompt: skip loading the other commands
-        from peerd.cli.hook import main as hook_main  # noqa: PLC0415
+    hook_args = hook_argv(words)
+    if hook_args is not None:
+        from peerd.cli.hook import main as hook_main  # noqa: PLC0415 - the hook's fast path
 
-        sys.exit(hook_main(words[1:]))
+        sys.exit(hook_main(hook_args))
     from peerd.cli.parser import build_parser  # noqa: PLC0415 - every other command's modules
 
     args = build_parser().parse_args(words)

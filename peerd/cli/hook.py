@@ -25,12 +25,15 @@ import argparse
 import json
 import os
 import sys
+import time
+import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
 from mcp_server import framing
 from replica import mailbox
+from replica.routing import DAY_MS, DEFAULT_BROADCAST_HISTORY_MS
 
 EVENTS = {"prompt-submit": "UserPromptSubmit", "session-start": "SessionStart"}
 DEFAULT_SHOWN = 10
@@ -117,6 +120,19 @@ def home_of(explicit: str | None) -> Path:
 # -- the shell ------------------------------------------------------------------------------------
 
 
+def history_ms(home: Path) -> int:
+    """The home's broadcast history (``broadcast_history_days`` in config.toml), as the daemon
+    and ``peerd mcp`` use it; the default where it is not set or not readable."""
+    try:
+        with (home / "config.toml").open("rb") as f:
+            days = tomllib.load(f).get("broadcast_history_days")
+    except (OSError, tomllib.TOMLDecodeError):
+        return DEFAULT_BROADCAST_HISTORY_MS
+    if not isinstance(days, int) or isinstance(days, bool) or days < 0:
+        return DEFAULT_BROADCAST_HISTORY_MS
+    return days * DAY_MS
+
+
 def collect(home: Path, role: str, instance: str | None, *, all_unread: bool,
             senders: Sequence[str]) -> list[mailbox.Mail]:
     """The reader's mail to consider (read-only connection, no signing loaded)."""
@@ -125,7 +141,9 @@ def collect(home: Path, role: str, instance: str | None, *, all_unread: bool,
         raise FileNotFoundError(f"no peerd replica in {home} (run `peerd init`, or pass --home)")
     conn = mailbox.connect(db)
     try:
-        items = mailbox.mail(conn.cursor(), role, instance, limit=PAGE, pending_only=not all_unread)
+        cur = conn.cursor()
+        floor = mailbox.broadcast_floor(cur, role, time.time_ns() // 1_000_000, history_ms(home))
+        items = mailbox.mail(cur, role, instance, floor=floor, limit=PAGE, pending_only=not all_unread)
     finally:
         conn.close()
     return [m for m in items if framing.allowed(m.sender, senders)]
