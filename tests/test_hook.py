@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from peerd.cli import hook
+from peerd.cli import hook, hook_argv
 from replica import open_home
 from tests.daemons import PEERD
 from tests.waiting import wait_until
@@ -139,3 +139,12 @@ def test_mail_is_read_without_the_signing_replica(home: Path) -> None:
     assert [m.id for m in hook.collect(home, "beta", None, all_unread=False, senders=())] == [mid]
     with open_home(home) as r:
         assert r.max_lseq() == before
+
+
+def test_global_options_before_the_command_take_the_fast_path() -> None:
+    """`peerd --home H --json hook ...` is the hook too; other commands are not."""
+    assert hook_argv(["--home", "/h", "--json", "hook", "--role", "r"]) == ["--role", "r", "--home", "/h", "--json"]
+    assert hook_argv(["--home=/h", "hook"]) == ["--home=/h"]
+    assert hook_argv(["hook", "--role", "r"]) == ["--role", "r"]
+    assert hook_argv(["--home", "hook", "send"]) is None
+    assert hook_argv(["send", "hook"]) is None and hook_argv([]) is None
