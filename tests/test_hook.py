@@ -12,6 +12,7 @@ import pytest
 
 from peerd.cli import hook, hook_argv
 from replica import open_home
+from replica.mailbox import Mail
 from tests.daemons import PEERD
 from tests.waiting import wait_until
 
@@ -148,3 +149,49 @@ def test_global_options_before_the_command_take_the_fast_path() -> None:
     assert hook_argv(["hook", "--role", "r"]) == ["--role", "r"]
     assert hook_argv(["--home", "hook", "send"]) is None
     assert hook_argv(["send", "hook"]) is None and hook_argv([]) is None
+
+
+def test_cursors_start_where_the_last_look_ended_and_never_hide_mail(home: Path) -> None:
+    """After a look, the next one starts past what was delivered (or read): new mail still shows,
+    a session start still shows every unread message, and a cursor past the replica's end (a
+    replaced file) is ignored."""
+    first = send(home, "alpha", "beta", "one")
+    context(run_hook(home, "--role", "beta", stdin=PROMPT), "UserPromptSubmit")
+    wait_until(lambda: delivered(home, first)[0], 30, "the hook's delivery receipt")
+    assert run_hook(home, "--role", "beta", stdin=PROMPT).stdout == ""
+    cursors = json.loads((home / hook.CURSORS).read_text())
+    with open_home(home) as r:
+        assert cursors[hook.cursor_key("pending", "beta", None)]["after"] == r.max_lseq()
+    send(home, "alpha", "beta", "two")
+    assert "two" in context(run_hook(home, "--role", "beta", stdin=PROMPT), "UserPromptSubmit")
+    text = context(run_hook(home, "--role", "beta", stdin=START), "SessionStart")
+    assert "one" in text and "two" in text
+    (home / hook.CURSORS).write_text(json.dumps({hook.cursor_key("unread", "beta", None): {"after": 10**9, "floor": 0}}))
+    assert "one" in context(run_hook(home, "--role", "beta", stdin=START), "SessionStart")
+
+
+def test_a_cursor_is_used_only_under_the_floor_it_was_found_with() -> None:
+    """A stored cursor counts only if its broadcast floor is no later than today's and it is not
+    past the replica's end; anything malformed counts as no cursor."""
+    assert hook.usable({"after": 40, "floor": 5}, 5, 100) == 40
+    assert hook.usable({"after": 40, "floor": 5}, 9, 100) == 40
+    assert hook.usable({"after": 40, "floor": 5}, 4, 100) == 0  # an earlier floor brings old broadcasts in
+    assert hook.usable({"after": 400, "floor": 5}, 5, 100) == 0  # past the end: another replica file
+    for bad in (None, [], {"after": "40", "floor": 5}, {"after": True, "floor": 5}, {"floor": 5}):
+        assert hook.usable(bad, 5, 100) == 0
+
+
+def test_cursor_after_a_look() -> None:
+    """Just before the first unread (or undelivered) message; past a full page of delivered ones;
+    the replica's end when the look found nothing."""
+
+    def m(seq: int, delivered: int | None) -> Mail:
+        return Mail(seq, f"m{seq}", "r", "a", None, "b", None, None, "x", "t", delivered, (f"m{seq}", "b", ""))
+
+    looked = [m(5, 1), m(7, None), m(9, None)]
+    assert hook.cursor_after(looked, 50, pending=False) == 4
+    assert hook.cursor_after(looked, 50, pending=True) == 6
+    assert hook.cursor_after([], 50, pending=True) == 50
+    full = [m(i, 1) for i in range(1, hook.PAGE + 1)]
+    assert hook.cursor_after(full, 5000, pending=True) == hook.PAGE
+    assert hook.cursor_after(full[:3], 5000, pending=True) == 5000

@@ -22,6 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -41,6 +42,7 @@ MAX_SHOWN = 50
 PAGE = 1000  # unread mail read per call; "more" counts past it as "+"
 MAX_STDIN = 1024 * 1024
 EXIT_USAGE = 1  # not argparse's 2: a hook that exits 2 blocks the user's prompt
+CURSORS = "hook-cursors.json"  # in the home: where each reader's last look ended (a cache)
 
 
 class HookUsage(Exception):
@@ -133,19 +135,86 @@ def history_ms(home: Path) -> int:
     return days * DAY_MS
 
 
+# -- where the last look ended ------------------------------------------------------------------
+#
+# A reader's mail below a position stays as it was seen: arrivals only get higher positions,
+# and neither *read* nor *delivered* is ever undone. So the hook keeps, per reader, the
+# position below which everything was read ("unread" cursor) or delivered ("pending" cursor),
+# and the next look starts there instead of scanning a long history again. A cursor is kept
+# with the broadcast floor it was found under and is used only while the floor is no earlier
+# (an earlier floor can bring old broadcasts in), and only if it is not past the replica's end
+# (a replaced replica file). The file is a cache: lost updates or deleting it only cost a scan.
+
+
+def cursor_key(kind: str, role: str, instance: str | None) -> str:
+    return f"{kind}\x1f{role}\x1f{instance or ''}"
+
+
+def usable(entry: object, floor: int, mark: int) -> int:
+    """Where a look may start, given a stored cursor entry (0: from the beginning)."""
+    if not isinstance(entry, dict):
+        return 0
+    after, was = entry.get("after"), entry.get("floor")
+    if not isinstance(after, int) or not isinstance(was, int) or isinstance(after, bool) or isinstance(was, bool):
+        return 0
+    return after if was <= floor and 0 <= after <= mark else 0
+
+
+def cursor_after(items: Sequence[mailbox.Mail], mark: int, *, pending: bool) -> int:
+    """The new cursor after a look that returned ``items`` (in arrival order, at most ``PAGE``)
+    with the replica at ``mark``: just before the first unread (or, ``pending``, undelivered)
+    one; past everything looked at when there is none."""
+    wanted = [m for m in items if m.delivered is None] if pending else list(items)
+    if wanted:
+        return wanted[0].seq - 1
+    return items[-1].seq if len(items) >= PAGE else mark
+
+
+def load_cursors(home: Path) -> dict[str, Any]:
+    try:
+        value = json.loads((home / CURSORS).read_text())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def save_cursors(home: Path, cursors: dict[str, Any]) -> None:
+    tmp = home / f".{CURSORS}.{os.getpid()}"
+    try:
+        tmp.write_text(json.dumps(cursors, separators=(",", ":")))
+        os.replace(tmp, home / CURSORS)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
 def collect(home: Path, role: str, instance: str | None, *, all_unread: bool,
             senders: Sequence[str]) -> list[mailbox.Mail]:
-    """The reader's mail to consider (read-only connection, no signing loaded)."""
+    """The reader's mail to consider (read-only connection, no signing loaded), looked at from
+    where the last look ended."""
     db = home / "replica.db"
     if not db.is_file():
         raise FileNotFoundError(f"no peerd replica in {home} (run `peerd init`, or pass --home)")
+    cursors = load_cursors(home)
+    unread_key, pending_key = cursor_key("unread", role, instance), cursor_key("pending", role, instance)
     conn = mailbox.connect(db)
     try:
         cur = conn.cursor()
+        cur.execute("BEGIN")  # one snapshot: the mark and the look agree
+        mark = mailbox.mark(cur)
         floor = mailbox.broadcast_floor(cur, role, time.time_ns() // 1_000_000, history_ms(home))
-        items = mailbox.mail(cur, role, instance, floor=floor, limit=PAGE, pending_only=not all_unread)
+        after = usable(cursors.get(unread_key), floor, mark)
+        if not all_unread:
+            after = max(after, usable(cursors.get(pending_key), floor, mark))
+        items = mailbox.mail(cur, role, instance, floor=floor, after=after, limit=PAGE, pending_only=not all_unread)
+        cur.execute("COMMIT")
     finally:
         conn.close()
+    found = {pending_key: cursor_after(items, mark, pending=True)}
+    if all_unread:
+        found[unread_key] = cursor_after(items, mark, pending=False)
+    if any(usable(cursors.get(k), floor, mark) != v for k, v in found.items()):
+        save_cursors(home, {**cursors, **{k: {"after": v, "floor": floor} for k, v in found.items()}})
     return [m for m in items if framing.allowed(m.sender, senders)]
 
 
