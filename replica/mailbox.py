@@ -110,6 +110,15 @@ def _thread_mail(r: Any, aid: str) -> Mail:
                 r[6], (r[1], aid, ""), r[8])
 
 
+def schema_version(cur: sqlite3.Cursor) -> int:
+    """The schema version the file is at (0 for a file that is no replica yet)."""
+    try:
+        row = cur.execute("SELECT v FROM meta WHERE k = 'schema_version'").fetchone()
+    except sqlite3.OperationalError:  # no meta table
+        return 0
+    return 0 if row is None else int(row[0])
+
+
 def first_seen_at(cur: sqlite3.Cursor, role: str) -> int | None:
     """When ``role`` was first seen in the fleet (wall ms; ``replica.firstseen``), or None."""
     row = cur.execute("SELECT at FROM first_seen WHERE role = ?", (role,)).fetchone()

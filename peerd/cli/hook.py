@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 from mcp_server import framing
-from replica import mailbox
+from replica import mailbox, schema
 from replica.routing import DAY_MS, DEFAULT_BROADCAST_HISTORY_MS
 
 EVENTS = {"prompt-submit": "UserPromptSubmit", "session-start": "SessionStart"}
@@ -200,6 +200,8 @@ def collect(home: Path, role: str, instance: str | None, *, all_unread: bool,
     conn = mailbox.connect(db)
     try:
         cur = conn.cursor()
+        if mailbox.schema_version(cur) != schema.LATEST:  # written by an older peerd: upgrade it first
+            upgrade(home)
         cur.execute("BEGIN")  # one snapshot: the mark and the look agree
         mark = mailbox.mark(cur)
         floor = mailbox.broadcast_floor(cur, role, time.time_ns() // 1_000_000, history_ms(home))
@@ -216,6 +218,13 @@ def collect(home: Path, role: str, instance: str | None, *, all_unread: bool,
     if any(usable(cursors.get(k), floor, mark) != v for k, v in found.items()):
         save_cursors(home, {**cursors, **{k: {"after": v, "floor": floor} for k, v in found.items()}})
     return [m for m in items if framing.allowed(m.sender, senders)]
+
+
+def upgrade(home: Path) -> None:
+    """Open the replica the full way once, which brings its schema up to date (or says why not)."""
+    from replica import open_home  # noqa: PLC0415 - only for a file an older peerd wrote
+
+    open_home(home).close()
 
 
 def record(home: Path, items: Sequence[mailbox.Mail]) -> None:
