@@ -6,7 +6,9 @@ Invariants:
   it never touches the store, so a call is checked before anything is written.
 * Names are non-empty, at most ``MAX_NAME_CHARS`` characters, without control
   characters; content is a string of at most ``MAX_CONTENT_BYTES`` of UTF-8.
-* Counts are ints (never bools) within the bounds the caller names.
+* Counts are ints (never bools) within the bounds the caller names, and never
+  beyond 2^53 - 1 (``stamps.MAX_SAFE_INT``), so no integer argument reaches
+  SQLite out of its range.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from replica.errors import InvalidArgument
 from replica.ops import MAX_CONTENT_BYTES, MAX_NAME_CHARS
+from replica.stamps import MAX_SAFE_INT
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
@@ -60,12 +63,11 @@ def check_content(value: object, what: str = "content") -> str:
     return value
 
 
-def check_count(value: object, what: str, *, low: int = 0, high: int | None = None) -> int:
+def check_count(value: object, what: str, *, low: int = 0, high: int = MAX_SAFE_INT) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidArgument(f"{what} must be an integer")
-    if value < low or (high is not None and value > high):
-        bound = f"between {low} and {high}" if high is not None else f">= {low}"
-        raise InvalidArgument(f"{what} must be {bound}, got {value}")
+    if not low <= value <= min(high, MAX_SAFE_INT):
+        raise InvalidArgument(f"{what} must be between {low} and {min(high, MAX_SAFE_INT)}, got {value}")
     return value
 
 
@@ -78,12 +80,18 @@ def check_since(value: object, what: str = "since") -> int:
     return 0 if value is None else check_count(value, what)
 
 
-def fts_query(query: object) -> str:
-    """A user's search words as an FTS5 query matching all of them (no operator injection)."""
+def fts_query(query: object, *, prefix_last: bool = False) -> str:
+    """A user's search words as an FTS5 query matching all of them (no operator injection);
+    with ``prefix_last`` the last word also matches as a prefix (``deplo`` finds ``deploy``)."""
     if not isinstance(query, str) or not query.strip():
         raise InvalidArgument("query must be a non-empty string")
+    if "\x00" in query:  # FTS5 ends a string at NUL: the query would be malformed
+        raise InvalidArgument("query must not contain NUL characters")
     words = [w for w in re.split(r"\s+", query.strip()) if w][:MAX_QUERY_WORDS]
-    return " ".join('"' + w.replace('"', '""') + '"' for w in words)
+    quoted = ['"' + w.replace('"', '""') + '"' for w in words]
+    if prefix_last:
+        quoted[-1] += "*"
+    return " ".join(quoted)
 
 
 def agent_id_for(name: str) -> str:

@@ -1,14 +1,19 @@
-"""Messaging: send, read an inbox, mark read, delivery status, the message log.
+"""Messaging: send, read an inbox, mark read, delivery status, retract, the message log.
 
 Invariants:
 * Who sees a message is ``routing.visible_to``; the inbox queries implement it
-  once (``_INBOX_SOURCES`` finds what is filed under a role, ``_ADDRESSED``
-  applies the instance rules) and ``tests/test_routing.py`` checks both
-  queries against the pure rule.
+  once (``_INBOX_SOURCES`` finds what is filed under a role or an instance
+  address, ``_ADDRESSED`` applies the instance rules) and
+  ``tests/test_routing.py`` checks both queries against the pure rule.
+* Names match by key (``names.name_key``) through the key columns; what is
+  shown is the name as the sender wrote it.
 * Reading an inbox records *delivered* for what it returns unread; nothing
-  else here writes except ``mark_as_read`` and sending.
+  else here writes except ``mark_receipts``, sending and retracting.
 * Cursors are positions in the local arrival order (``lseq``), so a message
-  that arrives late is never skipped.
+  that arrives late is never skipped; a time is first turned into such a
+  position (the last op that arrived at or before it).
+* A retracted message has no content, leaves every inbox and search, and is
+  shown as retracted by ``get_message``, ``list_messages`` and ``message_status``.
 """
 
 from __future__ import annotations
@@ -18,11 +23,12 @@ from typing import Any
 
 from replica import hlc as hlcmod
 from replica import ops as opsmod
-from replica import routing
+from replica import routing, store
 from replica.checks import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
     check_content,
+    check_count,
     check_limit,
     check_name,
     check_since,
@@ -31,28 +37,46 @@ from replica.checks import (
 )
 from replica.core import ReplicaCore, const_body, iso, read_writes
 from replica.errors import InvalidArgument, NotFound
-from replica.models import Inbox, InboxMessage, LogMessage, MessageLog, RecipientStatus, SentMessage
-from replica.ops import KIND_MSG
+from replica.models import (
+    Inbox,
+    InboxMessage,
+    LogMessage,
+    MarkResult,
+    MessageLog,
+    MessagePage,
+    MessageRecord,
+    RecipientStatus,
+    SentMessage,
+)
+from replica.names import name_key
+from replica.ops import KIND_MSG, KIND_RETRACT, MAX_SESSION_DAY
 from replica.store import receipt_id
 
-# Where messages to role ?1 after lseq ?3 are filed: its channel, broadcasts, and the routes of
-# multi-role messages (``routing.route_keys``; a one-role or broadcast message needs no route row).
+# Where messages to role key ?1 after lseq ?3 are filed: its channel, broadcasts, the routes of
+# multi-role messages (``routing.route_keys``; a one-role or broadcast message needs no route row),
+# and the same two for the reader's instance address ?5 (``routing.instance_address``, or NULL).
 _INBOX_SOURCES = (
-    "SELECT lseq FROM ops WHERE channel = ?1 AND lseq > ?3",
-    "SELECT lseq FROM ops WHERE channel = 'broadcast' AND lseq > ?3",
+    "SELECT lseq FROM ops WHERE ckey = ?1 AND lseq > ?3",
+    "SELECT lseq FROM ops WHERE ckey = 'broadcast' AND lseq > ?3",
     "SELECT lseq FROM routes WHERE role = ?1 AND lseq > ?3",
+    "SELECT lseq FROM ops WHERE ckey = ?5 AND lseq > ?3",
+    "SELECT lseq FROM routes WHERE role = ?5 AND lseq > ?3",
 )
-# The instance rules of ``routing.visible_to`` for (role ?1, instance key ?2, instance ?4).
-_ADDRESSED = "(m.to_inst IS NULL OR m.to_inst = ?4) AND NOT (m.sender = ?1 AND coalesce(m.sender_inst, '') = ?2)"
+# The instance rules of ``routing.visible_to`` for (role key ?1, instance key ?2), retractions,
+# and the tenant filter ?6 (NULL: any).
+_ADDRESSED = (
+    "(m.tkey IS NULL OR m.tkey = ?2) AND NOT (m.skey = ?1 AND m.sikey = ?2) AND m.retracted IS NULL"
+    " AND (?6 IS NULL OR m.tenant = ?6)"
+)
 
 
 def _inbox_sql(source: str, *, unread_only: bool, order: str) -> str:
-    """One index scan of ``source`` in lseq ``order``, stopping at ``limit`` (?5) matches."""
+    """One index scan of ``source`` in lseq ``order``, stopping at ``limit`` (?4) matches."""
     return (
         "SELECT m.lseq, m.id, m.sender, m.sender_inst, m.channel, m.to_inst, m.content, m.hlc, rc.read, rc.delivered"
         f" FROM ({source} ORDER BY lseq {order}) c JOIN ops m ON m.lseq = c.lseq"
         " LEFT JOIN receipts rc ON rc.msg_id = m.id AND rc.role = ?1 AND rc.inst = ?2"
-        f" WHERE {_ADDRESSED}{' AND rc.read IS NULL' if unread_only else ''} ORDER BY c.lseq {order} LIMIT ?5"
+        f" WHERE {_ADDRESSED}{' AND rc.read IS NULL' if unread_only else ''} ORDER BY c.lseq {order} LIMIT ?4"
     )
 
 
@@ -63,6 +87,8 @@ _LOG_QUERY = (
     "SELECT m.lseq, m.id, m.sender, m.sender_inst, m.channel, m.to_inst, m.thread, m.content, m.hlc, a.name"
     " FROM ops m LEFT JOIN agents a ON m.thread IS NOT NULL AND a.id = m.sender"
 )
+_RECORD = "m.lseq, m.id, m.sender, m.sender_inst, m.channel, m.to_inst, m.thread, m.content, m.hlc, m.sday," \
+          " m.tenant, m.retracted"
 
 
 def _merged(scans: list[Any], *, newest_first: bool) -> list[Any]:
@@ -70,44 +96,94 @@ def _merged(scans: list[Any], *, newest_first: bool) -> list[Any]:
     return sorted({r[0]: r for r in scans}.values(), key=lambda r: r[0], reverse=newest_first)
 
 
+def within_budget(sizes: Sequence[int], max_bytes: int | None) -> int:
+    """How many of the first rows fit in ``max_bytes`` (always at least one row, if any)."""
+    if max_bytes is None:
+        return len(sizes)
+    used = 0
+    for i, size in enumerate(sizes):
+        if i and used + size > max_bytes:
+            return i
+        used += size
+    return len(sizes)
+
+
 def _log_message(r: Any) -> LogMessage:
     """Thread messages show their sender by agent name (its id stays in ``sender_id``)."""
     sender = r[9] if r[6] is not None and r[9] else r[2]
     return LogMessage(id=r[1], seq=r[0], sender=sender, sender_id=r[2], sender_instance=r[3], channel=r[4],
-                      target_instance=r[5], thread=r[6], content=r[7], created=hlcmod.to_iso(r[8]))
+                      target_instance=r[5], thread=r[6], content=r[7] or "", created=hlcmod.to_iso(r[8]))
+
+
+def _record(r: Any) -> MessageRecord:
+    return MessageRecord(id=r[1], seq=r[0], sender=r[2], sender_instance=r[3], channel=r[4], target_instance=r[5],
+                         thread=r[6], content=r[7], created=hlcmod.to_iso(r[8]), session_day=r[9], tenant=r[10],
+                         retracted=None if r[11] is None else hlcmod.to_iso(r[11]))
+
+
+def check_session_day(value: object) -> int | None:
+    return None if value is None else check_count(value, "sessionDay", low=1, high=MAX_SESSION_DAY)
 
 
 class Messaging(ReplicaCore):
     def send_message(self, from_: str, channel: str, content: str, instance_id: str | None = None,
-                     from_instance_id: str | None = None) -> SentMessage:
-        """Send ``content`` from role ``from_`` to a role, roles, or ``broadcast``."""
+                     from_instance_id: str | None = None, *, session_day: int | None = None,
+                     tenant_id: str | None = None) -> SentMessage:
+        """Send ``content`` from role ``from_`` to a role, roles, or ``broadcast``. ``session_day``
+        (VantagePeers' day number) defaults to the day of sending; ``tenant_id`` is stored as given."""
         sender = required_name(from_, "from")
         roles = routing.parse_channel(required_name(channel, "channel"))
         if not roles:
             raise InvalidArgument("channel names no role")
-        body = {
+        body: dict[str, Any] = {
             "f": sender, "fi": check_name(from_instance_id, "fromInstanceId", optional=True),
             "c": ",".join(roles), "ti": check_name(instance_id, "instanceId", optional=True),
             "t": None, "x": check_content(content),
         }
+        day = check_session_day(session_day)
+        tenant = check_name(tenant_id, "tenantId", optional=True)
+        if day is not None:
+            body["sd"] = day
+        if tenant is not None:
+            body["tn"] = tenant
         lseq, op = self._write(KIND_MSG, const_body(body))
         return SentMessage(opsmod.message_id(op.origin, op.seq), lseq, hlcmod.to_iso(op.hlc), op.hlc, roles)
 
+    def position_at(self, arrived_ms: int) -> int:
+        """The last local position that had arrived at or before ``arrived_ms`` (Unix ms)."""
+        when = check_count(arrived_ms, "arrived_after_ms")
+        with self._store.read() as cur:
+            return int(cur.execute("SELECT coalesce(max(lseq), 0) FROM ops WHERE arrived <= ?", (when,)).fetchone()[0])
+
     def check_messages(self, recipient: str, recipient_instance_id: str | None = None,
-                       since: int | None = None, limit: int = DEFAULT_LIMIT) -> Inbox:
-        """Unread messages for (recipient, instance), oldest first; records delivery."""
+                       since: int | None = None, limit: int = DEFAULT_LIMIT, *,
+                       arrived_after_ms: int | None = None, max_bytes: int | None = None,
+                       tenant_id: str | None = None) -> Inbox:
+        """Unread messages for (recipient, instance), oldest first; records delivery.
+
+        ``since`` is a local position; ``arrived_after_ms`` keeps only messages that arrived here
+        after that time (Unix ms); ``max_bytes`` caps the page's content bytes (at least one
+        message); ``tenant_id`` keeps one tenant's messages. ``Inbox.truncated`` says more wait."""
         role = required_name(recipient, "recipient")
         inst = check_name(recipient_instance_id, "recipientInstanceId", optional=True)
         after = check_since(since)
+        if arrived_after_ms is not None:
+            after = max(after, self.position_at(arrived_after_ms))
         limit = check_limit(limit)
-        rows = self._inbox_rows(role, inst, after, limit)
+        budget = None if max_bytes is None else check_count(max_bytes, "max_bytes", low=1)
+        tenant = check_name(tenant_id, "tenantId", optional=True)
+        rows = self._inbox_rows(role, inst, after, limit + 1, tenant)
+        keep = within_budget([len((r[6] or "").encode()) for r in rows[:limit]], budget)
+        truncated = len(rows) > keep
+        rows = rows[:keep]
         now = self._wall()
-        undelivered = [["rcpt", [r[1], role, routing.instance_key(inst)], "d", now] for r in rows if r[9] is None]
+        key = (name_key(role), routing.instance_key(inst))
+        undelivered = [["rcpt", [r[1], *key], "d", now] for r in rows if r[9] is None]
         if undelivered:
             self._set(undelivered)
         rows.sort(key=lambda r: (r[7], r[0]))  # creation order (HLC) within the page
         msgs = [self._inbox_message(r, role, inst, now) for r in rows]
-        return Inbox(msgs, max((m.seq for m in msgs), default=after))
+        return Inbox(msgs, max((m.seq for m in msgs), default=after), truncated)
 
     def inbox_all(self, recipient: str, recipient_instance_id: str | None = None,
                   since: int | None = None, limit: int = DEFAULT_LIMIT) -> Inbox:
@@ -116,48 +192,55 @@ class Messaging(ReplicaCore):
         unread = self.check_messages(recipient, recipient_instance_id, since, limit)  # checks the arguments
         role = required_name(recipient, "recipient")
         inst = check_name(recipient_instance_id, "recipientInstanceId", optional=True)
-        args = (role, routing.instance_key(inst), check_since(since), inst, limit)
+        args = self._inbox_args(role, inst, check_since(since), limit, None)
         with self._store.read() as cur:
             rows = _merged([r for sql in _LATEST for r in cur.execute(sql, args)], newest_first=True)[:limit]
         msgs = [self._inbox_message(r, role, inst, None) for r in reversed(rows)]
         return Inbox(msgs, max([unread.cursor, *(m.seq for m in msgs)]))
 
-    def _inbox_rows(self, role: str, inst: str | None, after: int, limit: int) -> list[Any]:
+    @staticmethod
+    def _inbox_args(role: str, inst: str | None, after: int, limit: int, tenant: str | None) -> tuple[Any, ...]:
+        return (name_key(role), routing.instance_key(inst), after, limit, routing.instance_address(role, inst),
+                None if tenant is None else name_key(tenant))
+
+    def _inbox_rows(self, role: str, inst: str | None, after: int, limit: int, tenant: str | None) -> list[Any]:
         """The first ``limit`` unread messages for (role, inst) after ``after``, by lseq.
 
-        Three index scans in lseq order (the role's channel, broadcasts, multi-role routes),
-        each stopping at ``limit`` matches, merged. A per-caller floor remembers where the
-        caller's unread messages begin: everything below it is read or not addressed to the
-        caller, and stays so (reads are never undone; new arrivals get higher lseqs), so a
-        long history of read messages is not scanned again.
+        Index scans in lseq order (the role's channel, broadcasts, multi-role routes, and the
+        same for the instance address), each stopping at ``limit`` matches, merged. A per-caller
+        floor remembers where the caller's unread messages begin: everything below it is read
+        or not addressed to the caller, and stays so (reads are never undone; new arrivals get
+        higher lseqs), so a long history of read messages is not scanned again. A tenant filter
+        hides messages that are not "read or not addressed", so it never moves the floor.
         """
-        key = (role, inst)
+        key = (name_key(role), routing.instance_key(inst))
         floor = self._floors.get(key, 0)
-        args = (role, routing.instance_key(inst), max(after, floor), inst, limit)
+        args = self._inbox_args(role, inst, max(after, floor), limit, tenant)
         with self._store.read() as cur:
             rows = _merged([r for sql in _UNREAD for r in cur.execute(sql, args)], newest_first=False)
             newest = int(cur.execute("SELECT coalesce(max(lseq), 0) FROM ops").fetchone()[0])
-            if after <= floor:
+            if after <= floor and tenant is None:
                 self._floors[key] = rows[0][0] - 1 if rows else newest
         return rows[:limit]
 
     def _inbox_message(self, r: Any, role: str, inst: str | None, now: int | None) -> InboxMessage:
         """An inbox row as returned; ``now`` stands in for a delivery being recorded by this call."""
-        key = routing.instance_key(inst)
         delivered = r[9] if r[9] is not None else now
         return InboxMessage(
-            id=r[1], receipt_id=receipt_id(r[1], role, key), sender=r[2], sender_instance=r[3],
-            channel=r[4], target_instance=r[5], content=r[6], created=hlcmod.to_iso(r[7]), seq=r[0],
-            delivered_at=iso(delivered), read_at=iso(r[8]),
+            id=r[1], receipt_id=receipt_id(r[1], name_key(role), routing.instance_key(inst)), sender=r[2],
+            sender_instance=r[3], channel=r[4], target_instance=r[5], content=r[6], created=hlcmod.to_iso(r[7]),
+            seq=r[0], delivered_at=iso(delivered), read_at=iso(r[8]),
         )
 
-    def mark_as_read(self, receipt_ids: Sequence[str]) -> int:
-        """Record *read* for each receipt; returns how many were newly read."""
+    def mark_receipts(self, receipt_ids: Sequence[str], caller: str | None = None) -> MarkResult:
+        """Record *read* for each known receipt; report unknown ids, and with ``caller`` (a role)
+        leave unmarked and report the receipts of other roles. Repeated ids count once."""
         if isinstance(receipt_ids, str) or not isinstance(receipt_ids, Sequence):
             raise InvalidArgument("receiptIds must be a list of receipt ids")
-        ids = [required_name(r, "receipt id") for r in receipt_ids]
+        ids = list(dict.fromkeys(required_name(r, "receipt id") for r in receipt_ids))
         if len(ids) > MAX_LIMIT:
             raise InvalidArgument(f"at most {MAX_LIMIT} receipt ids per call")
+        who = None if caller is None else name_key(required_name(caller, "callerOrchestrator"))
         with self._store.read() as cur:
             found = {
                 row[0]: row[1:]
@@ -169,23 +252,38 @@ class Messaging(ReplicaCore):
                 )
             }
         unknown = [r for r in ids if r not in found]
-        if unknown:
-            raise NotFound(f"unknown receipt id(s): {', '.join(unknown[:10])}")
+        not_yours = [r for r in ids if r in found and who is not None and found[r][1] != who]
         now = self._wall()
         writes: list[list[Any]] = []
-        for rid in dict.fromkeys(ids):
+        for rid in ids:
+            if rid not in found or rid in not_yours:
+                continue
             msg_id, role, inst, delivered, read = found[rid]
             if read is None:
                 writes += read_writes([msg_id, role, inst], delivered, now)
         if writes:
             self._set(writes)
-        return sum(1 for w in writes if w[2] == "r")
+        return MarkResult(sum(1 for w in writes if w[2] == "r"), unknown, not_yours)
+
+    def mark_as_read(self, receipt_ids: Sequence[str]) -> int:
+        """Record *read* for each receipt; returns how many were newly read. All or nothing:
+        ``NotFound`` if any id is unknown (``mark_receipts`` marks the known ones instead)."""
+        if isinstance(receipt_ids, str) or not isinstance(receipt_ids, Sequence):
+            raise InvalidArgument("receiptIds must be a list of receipt ids")
+        ids = [required_name(r, "receipt id") for r in receipt_ids]
+        with self._store.read() as cur:
+            known = {row[0] for chunk in chunks(ids, 500) for row in cur.execute(
+                f"SELECT rid FROM receipts WHERE rid IN ({','.join('?' * len(chunk))})", chunk)}
+        unknown = [r for r in ids if r not in known]
+        if unknown:
+            raise NotFound(f"unknown receipt id(s): {', '.join(unknown[:10])}")
+        return self.mark_receipts(ids).marked
 
     def message_status(self, message_id: str) -> list[RecipientStatus]:
         """Per recipient: receipt id, delivered at, read at (None while pending)."""
         mid = required_name(message_id, "messageId")
         with self._store.read() as cur:
-            msg = _message_by_id(cur, mid)
+            msg = store.find_message(cur, mid, "m.sender, m.sender_inst, m.channel, m.to_inst, m.thread")
             if msg is None:
                 raise NotFound(f"unknown message id {mid}")
             rows = cur.execute(
@@ -193,13 +291,68 @@ class Messaging(ReplicaCore):
             ).fetchall()
             expected = _expected_roles(cur, msg)
         out = [RecipientStatus(r[0], r[1] or None, r[2], iso(r[3]), iso(r[4])) for r in rows]
-        seen = {r[0] for r in rows}
-        out += [RecipientStatus(role, msg[3], None, None, None) for role in expected if role not in seen]
+        reached = {r[0] for r in rows} | {r[1] for r in rows if r[1]}  # a role, or an instance address
+        out += [RecipientStatus(role, msg[3], None, None, None) for role in expected if name_key(role) not in reached]
         return out
+
+    def get_message(self, message_id: str) -> MessageRecord:
+        """One message as stored (content None once retracted); ``NotFound`` if not held here."""
+        mid = required_name(message_id, "messageId")
+        with self._store.read() as cur:
+            row = store.find_message(cur, mid, _RECORD)
+        if row is None:
+            raise NotFound(f"unknown message id {mid}")
+        return _record(row)
+
+    def list_messages(self, *, session_day: int | None = None, from_: str | None = None,
+                      tenant_id: str | None = None, before: int | None = None,
+                      limit: int = DEFAULT_LIMIT) -> MessagePage:
+        """Channel messages (not thread messages), newest arrival first, retracted ones included;
+        filters are equalities (``from_`` and ``tenant_id`` by name key); ``before`` is a seq
+        from an earlier page. ``MessagePage.before`` is set when older messages remain."""
+        where = ["m.id IS NOT NULL", "m.thread IS NULL"]
+        args: list[Any] = []
+        day = check_session_day(session_day)
+        if day is not None:
+            where.append("m.sday = ?")
+            args.append(day)
+        for col, value, what in (("m.skey", from_, "from"), ("m.tenant", tenant_id, "tenantId")):
+            if value is not None:
+                where.append(f"{col} = ?")
+                args.append(name_key(required_name(value, what)))
+        if before is not None:
+            where.append("m.lseq < ?")
+            args.append(check_count(before, "before", low=1))
+        limit = check_limit(limit)
+        with self._store.read() as cur:
+            rows = cur.execute(f"SELECT {_RECORD} FROM ops m WHERE {' AND '.join(where)} ORDER BY m.lseq DESC LIMIT ?",
+                               (*args, limit + 1)).fetchall()
+        items = [_record(r) for r in rows[:limit]]
+        return MessagePage(items, items[-1].seq if len(rows) > limit else None)
+
+    def retract_message(self, message_id: str, caller: str) -> MessageRecord:
+        """Retract a message as its sender role ``caller`` (one signed op, replicated): every
+        replica drops its content and search entry, and it leaves every inbox. Retracting a
+        retracted message writes nothing. Only the sender role may; thread messages cannot be."""
+        mid = required_name(message_id, "messageId")
+        role = required_name(caller, "callerOrchestrator")
+        msg = self.get_message(mid)
+        if msg.thread is not None:
+            raise InvalidArgument("thread messages cannot be retracted")
+        if name_key(role) != name_key(msg.sender):
+            raise InvalidArgument(f"only the sender role {msg.sender!r} may delete message {mid}, not {role!r}")
+        if msg.retracted is None:
+            self._write(KIND_RETRACT, const_body({"m": mid, "f": role}))
+        return self.get_message(mid)
+
+    def receipt_count(self, message_id: str) -> int:
+        mid = required_name(message_id, "messageId")
+        with self._store.read() as cur:
+            return int(cur.execute("SELECT count(*) FROM receipts WHERE msg_id = ?", (mid,)).fetchone()[0])
 
     def message_log(self, after: int | None = None, limit: int = DEFAULT_LIMIT) -> MessageLog:
         """Messages (thread messages too) in arrival order: the latest ``limit``, or the
-        first ``limit`` after local position ``after``."""
+        first ``limit`` after local position ``after``. A retracted message shows empty content."""
         limit = check_limit(limit)
         with self._store.read() as cur:
             if after is None:
@@ -221,18 +374,7 @@ def _expected_roles(cur: Any, msg: Any) -> list[str]:
         return [r[0] for r in rows if r[0] != sender]
     roles = routing.parse_channel(channel)
     if roles == (routing.BROADCAST,):
-        return [r[0] for r in cur.execute("SELECT id FROM profiles ORDER BY id") if r[0] != sender]
+        rows = cur.execute("SELECT rkey, min(role) FROM profiles GROUP BY rkey ORDER BY rkey")
+        return [r[1] for r in rows if r[0] != name_key(sender)]
     return list(roles)
 
-
-def _message_by_id(cur: Any, mid: str) -> Any:
-    """(sender, sender_inst, channel, to_inst, thread) of a message, found via its origin and seq."""
-    parsed = opsmod.parse_message_id(mid)
-    if parsed is None:
-        return None
-    prefix, seq = parsed
-    return cur.execute(
-        "SELECT m.sender, m.sender_inst, m.channel, m.to_inst, m.thread FROM origins o"
-        " JOIN ops m ON m.oid = o.oid AND m.seq = ? WHERE substr(o.node, 1, ?) = ? AND m.id = ?",
-        (seq, len(prefix), prefix, mid),
-    ).fetchone()
