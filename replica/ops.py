@@ -47,6 +47,9 @@ KIND_RETRACT = "rtr"
 MSG_KEYS = frozenset({"f", "fi", "c", "ti", "t", "x"})
 MSG_OPTIONAL_KEYS = frozenset({"sd", "tn"})
 PROFILE_GROUPS = ("static", "dynamic")
+# The key that a whole-text static or dynamic (peerd before profile objects) stands for: the text
+# said what an agent is (VantagePeers' static.role) and what it is doing (dynamic.currentTask).
+TEXT_KEYS = {"static": "role", "dynamic": "currentTask"}
 
 Body = dict[str, Any]
 

@@ -5,8 +5,8 @@ Invariants:
   key. Its ``name`` and each key of its ``static`` and ``dynamic`` objects is
   its own register (``static.role``, ``dynamic.currentTask``...): writing one
   never touches the others, on this machine or across the fleet. A key set to
-  None is removed. The whole-text ``static``/``dynamic`` of older nodes is the
-  ``text`` key.
+  None is removed. A whole text for ``static`` or ``dynamic`` (what older
+  nodes wrote) is ``static.role`` or ``dynamic.currentTask`` (``ops.TEXT_KEYS``).
 * Values are JSON; the keys VantagePeers defines must have its types
   (``profile_writes``). Nothing is written as a default: defaults are filled in
   when a profile is shown, so a default never overwrites a value set elsewhere.
@@ -30,7 +30,7 @@ from replica.core import ReplicaCore, iso
 from replica.errors import InvalidArgument, NotFound
 from replica.lww import join_key
 from replica.models import Agent, Profile
-from replica.ops import MAX_CONTENT_BYTES, PROFILE_GROUPS, profile_field, split_profile_field
+from replica.ops import MAX_CONTENT_BYTES, PROFILE_GROUPS, TEXT_KEYS, profile_field, split_profile_field
 from replica.stamps import MAX_SAFE_INT
 from replica.store import register_key
 
@@ -84,11 +84,11 @@ def _json_value(group: str, key: str, value: object) -> str:
 
 def profile_writes(key: list[str], group: str, value: object) -> list[list[Any]]:
     """The register writes that set ``group`` (``static`` or ``dynamic``) of the profile ``key``
-    from an object (each key its own register; None removes a key) or a text (its ``text`` key)."""
+    from an object (each key its own register; None removes a key) or a text (``ops.TEXT_KEYS``)."""
     if value is None:
         return []
     if isinstance(value, str):
-        value = {"text": value}
+        value = {TEXT_KEYS[group]: value}
     if not isinstance(value, Mapping):
         raise InvalidArgument(f"{group} must be an object (or a text)")
     writes: list[list[Any]] = []
@@ -132,9 +132,9 @@ class Profiles(ReplicaCore):
     def update_profile(self, orchestrator_id: str, name: str | None = None, static: object = None,
                        dynamic: object = None, *, instance_id: str | None = None) -> Profile:
         """Set the given fields of a role's profile (or one instance's); ``static`` and ``dynamic``
-        are objects merged key by key (a text is the ``text`` key). Fields and keys left out keep
-        their value. With nothing to set, a missing profile is created (its ``dynamic.lastSeen``
-        is set to now) and an existing one is left as it is."""
+        are objects merged key by key (a text is ``static.role`` or ``dynamic.currentTask``).
+        Fields and keys left out keep their value. With nothing to set, a missing profile is
+        created (its ``dynamic.lastSeen`` is set to now) and an existing one is left as it is."""
         key = self._profile_key(orchestrator_id, instance_id)
         writes = [] if name is None else [["prof", key, "name", check_content(name, "name")]]
         writes += profile_writes(key, "static", static) + profile_writes(key, "dynamic", dynamic)

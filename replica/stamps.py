@@ -46,6 +46,11 @@ def iso_ms(ms: int) -> str:
     return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def ms_of_iso(text: str) -> int:
+    """Unix ms of an ISO-8601 time as the replica shows times (``iso_ms``'s inverse)."""
+    return to_ms(datetime.fromisoformat(text))
+
+
 @dataclass(frozen=True)
 class Since:
     """A ``since`` argument, understood: an arrival position, or an arrival time (Unix ms)."""

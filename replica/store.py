@@ -41,7 +41,7 @@ from replica.hlc import wall_of
 from replica.lww import join_key
 from replica.models import FileCheck
 from replica.names import name_key
-from replica.ops import KIND_MSG, KIND_RETRACT, KIND_SET, Op, message_id, parse_message_id, read_stored
+from replica.ops import KIND_MSG, KIND_RETRACT, KIND_SET, TEXT_KEYS, Op, message_id, parse_message_id, read_stored
 from replica.stamps import session_day
 
 BUSY_TIMEOUT_MS = 30_000
@@ -294,9 +294,10 @@ def register_key(table: str, key: list[str]) -> list[str]:
 
 
 def register_field(table: str, field: str, value: Any) -> tuple[str, Any]:
-    """A profile's whole-text ``static``/``dynamic`` (older nodes) is its ``text`` key (pure)."""
-    if table == "prof" and field in ("static", "dynamic"):
-        return f"{field}.text", None if value is None else json.dumps(value, ensure_ascii=False)
+    """A profile's whole-text ``static``/``dynamic`` (older nodes) is one key of the object,
+    ``ops.TEXT_KEYS`` (pure)."""
+    if table == "prof" and field in TEXT_KEYS:
+        return f"{field}.{TEXT_KEYS[field]}", None if value is None else json.dumps(value, ensure_ascii=False)
     return field, value
 
 

@@ -124,7 +124,7 @@ registers = st.one_of(
     st.tuples(st.just("prof"), st.sampled_from([("p1",), ("P1",), ("p2",), ("p1", "i"), ("p1", "")]),
               st.sampled_from(["name", "dynamic"]), _profile_value),
     st.tuples(st.just("prof"), st.sampled_from([("p1",), ("P1",), ("p1", "I")]),
-              st.sampled_from(["dynamic.text", "static.role"]), _profile_value.map(json.dumps)),
+              st.sampled_from(["dynamic.currentTask", "static.role"]), _profile_value.map(json.dumps)),
     st.tuples(st.just("rcpt"), st.sampled_from([("m-1", "r", ""), ("m-1", "R", ""), ("m-1", "r", "é"),
                                                 ("m-1", "r", "E\u0301")]),
               st.sampled_from(["d", "r"]), st.integers(0, 10**6)),

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from mcp_server import LocalHttpServer, ReplicaWatcher, http_app
+from mcp_server import TOOLS, LocalHttpServer, ReplicaWatcher, http_app
 from replica import open_home
 
 REPO = Path(__file__).resolve().parent.parent
@@ -67,16 +67,16 @@ def result_of(run: Run) -> Any:
 async def check_inspector(env: dict[str, str], target: list[str], command: list[str], role: str) -> None:
     """``target`` goes before the method options, ``command`` (a stdio server after ``--``) after them."""
     listed = result_of(await inspect(env, *target, "--method", "tools/list", "--strict", *command))
-    assert len(listed["tools"]) == 20
+    assert len(listed["tools"]) == len(TOOLS)
     assert all(t["description"] and t["outputSchema"] for t in listed["tools"])
     call = ["--method", "tools/call", "--tool-name"]
     sent = result_of(await inspect(env, *target, *call, "send_message", "--tool-args-json",
                                    '{"channel": "beta", "content": "7"}', *command))
     assert sent["structuredContent"]["from"] == role and sent["isError"] is False
-    failed = await inspect(env, *target, *call, "mark_as_read", "--tool-args-json",
-                           '{"receiptIds": ["no-such-receipt"]}', *command)
+    failed = await inspect(env, *target, *call, "get_message", "--tool-args-json",
+                           '{"messageId": "no-such-message"}', *command)
     assert failed.code == TOOL_ERROR_EXIT, (failed.code, failed.out, failed.err)
-    assert "not_found: unknown receipt id" in failed.out + failed.err
+    assert "not_found: unknown message id" in failed.out + failed.err
 
 
 async def test_inspector_over_stdio(tmp_path: Path, inspector_env: dict[str, str]) -> None:

@@ -140,10 +140,10 @@ def test_content_at_limit_is_accepted(mem: Replica) -> None:
 
 
 def test_profiles_field_wise_update(mem: Replica) -> None:
-    """Updating one profile field keeps the others; a text is the object's ``text`` key."""
+    """Updating one profile field keeps the others; a text is static.role or dynamic.currentTask."""
     mem.update_profile("orch-1", name="Builder", static="builds things")
     p = mem.update_profile("orch-1", dynamic="busy")
-    assert (p.name, p.static, p.dynamic) == ("Builder", {"text": "builds things"}, {"text": "busy"})
+    assert (p.name, p.static, p.dynamic) == ("Builder", {"role": "builds things"}, {"currentTask": "busy"})
     assert mem.get_profile("nobody") is None
     assert [x.orchestrator_id for x in mem.list_profiles()] == ["orch-1"]
     assert mem.update_profile("orch-1") == mem.get_profile("orch-1")  # nothing to set: left as it is

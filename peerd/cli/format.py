@@ -144,11 +144,11 @@ def _clip(text: str | None, n: int = 40) -> str | None:
 
 
 def _object_text(obj: dict[str, Any]) -> str | None:
-    """A profile's static or dynamic object in one line: its text alone, or key=value pairs."""
+    """A profile's static or dynamic object in one line: a lone text value alone, or key=value pairs."""
     if not obj:
         return None
-    if set(obj) == {"text"} and isinstance(obj["text"], str):
-        return str(obj["text"])
+    if len(obj) == 1 and isinstance(value := next(iter(obj.values())), str):
+        return value
     return ", ".join(f"{k}={v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}" for k, v in obj.items())
 
 
