@@ -71,8 +71,7 @@ def _round(joining: bool) -> float:
         node_a, node_b = lab.node("a", lan), lab.node("b", lan)
         agent_a = _spawn(lab, node_a, "bench-a")
         if joining:
-            _first(agent_a, "started")
-            time.sleep(2.0)  # A has probed and announced
+            _first(agent_a, "announced")  # A has probed and announced
             agent_b = _spawn(lab, node_b, "bench-b")
             return float(_first(agent_b, "found")["t"])
         agent_b = _spawn(lab, node_b, "bench-b")

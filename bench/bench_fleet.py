@@ -6,7 +6,8 @@ Run from the repository root::
     uv run python bench/bench_fleet.py --quick    # small sizes, < 60 s
 
 Every daemon is a separate ``peerd run`` process on 127.0.0.1 (mDNS off, seeds
-only), driven through its local API exactly as an agent's tools would be:
+only), started and stopped by the test suite's harness (``tests/daemons.py``),
+and driven through its local API exactly as an agent's tools would be:
 
 3. Push latency: ``POST /api/send`` on A until the message comes back from a
    ``POST /api/check`` long-poll (``wait``) on B. Baseline: the same on one
@@ -19,6 +20,10 @@ only), driven through its local API exactly as an agent's tools would be:
    left to settle, then one message is sent at one end and timed until every
    daemon's check long-poll returns it. Baseline: the one-hop push latency of 3.
 
+A timed call starts only once every long-poll it depends on has been sent
+(an aiohttp trace signal), and the next sample only once the daemons hold the
+same state again (delivery receipts included), never after a fixed pause.
+
 Every process started here is stopped at the end (SIGTERM, then SIGKILL). The
 script always exits 0: benchmarks report, they do not gate.
 """
@@ -28,33 +33,34 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
-import random
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
-from _util import Figure, at_most, fmt, note, percentile, print_summary, report, section, stopwatch
-from sim import apply_in_batches, workload
 
-from peerd.config import init_home, new_fleet_key
-from replica import open_home
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from _util import Figure, at_most, fmt, note, percentile, print_summary, report, section, stopwatch  # noqa: E402
+from sim import apply_in_batches, workload  # noqa: E402
+
+from peerd.config import encode_fleet_key, new_fleet_key  # noqa: E402
+from replica import open_home  # noqa: E402
+from tests.daemons import Daemon, DaemonFailed, Fleet, free_ports  # noqa: E402 - needs the repo root on sys.path
 
 ROLE = "bench"
 SENDER = "bench-writer"
-READY_TIMEOUT = 60.0
 PAGE_OPS = 1_000  # ops per apply when filling A (about one 256 KiB page)
 SPREAD_TIMEOUT = 60.0
+SETTLE_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
@@ -71,109 +77,50 @@ FULL = Sizes(200, 100, 100_000, 32, 5, 90.0)
 QUICK = Sizes(40, 20, 10_000, 8, 2, 30.0)
 
 
-def peerd_argv() -> list[str]:
-    script = Path(sys.executable).parent / "peerd"
-    return [str(script)] if script.exists() else [sys.executable, "-c", "from peerd.cli import main; main()"]
+async def _request_sent(_session: aiohttp.ClientSession, ctx: SimpleNamespace, _params: object) -> None:
+    sent = (ctx.trace_request_ctx or {}).get("sent")
+    if isinstance(sent, asyncio.Event):
+        sent.set()
 
 
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct ports free right now (all held open together, so none repeats)."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in socks]
-
-
-# -- daemons ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class Daemon:
-    """One ``peerd run`` process with its home, fixed peer port and seeds."""
-
-    name: str
-    home: Path
-    port: int
-    seeds: list[str] = field(default_factory=list)
-    proc: subprocess.Popen[bytes] | None = None
-    info: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def spawn(self) -> None:
-        argv = [*peerd_argv(), "run", "--home", str(self.home), "--port", str(self.port), "--local-port", "0",
-                "--no-mdns", "--bind", "127.0.0.1", "--log-level", "warning"]
-        for seed in self.seeds:
-            argv += ["--seed", seed]
-        self.info = {}
-        with (self.home.parent / f"{self.name}.log").open("ab") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-
-    async def wait_ready(self) -> None:
-        assert self.proc is not None
-        deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline:
-            with contextlib.suppress(FileNotFoundError, ValueError):
-                info = json.loads((self.home / "daemon.json").read_text())
-                if info.get("pid") == self.proc.pid:
-                    self.info = info
-                    return
-            if self.proc.poll() is not None:
-                break
-            await asyncio.sleep(0.03)
-        raise RuntimeError(f"{self.name} did not start; log:\n{self.log_tail()}")
-
-    def log_tail(self, lines: int = 30) -> str:
-        path = self.home.parent / f"{self.name}.log"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
-
-    def stop(self, timeout: float = 15.0) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+def _tracing() -> aiohttp.TraceConfig:
+    """Sets the ``sent`` event a request carries once its body has been written to the connection."""
+    trace = aiohttp.TraceConfig()
+    trace.on_request_chunk_sent.append(_request_sent)
+    trace.on_request_end.append(_request_sent)  # a body-less request has no chunk: its end still tells
+    return trace
 
 
 class Bench:
-    """Daemons of one fleet and an HTTP client for their local APIs."""
+    """Daemons of one fleet (the test harness's ``Fleet``) and an HTTP client for their local APIs."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self.daemons: list[Daemon] = []
+        self.fleet = Fleet(root)
         timeout = aiohttp.ClientTimeout(total=120)
-        self.keep = aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0))
-        self.fresh = aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0, force_close=True))
+        self.keep = aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0),
+                                          trace_configs=[_tracing()])
+        self.fresh = aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0, force_close=True),
+                                           trace_configs=[_tracing()])
+
+    @property
+    def daemons(self) -> list[Daemon]:
+        return self.fleet.daemons
 
     def add(self, name: str, key: bytes, port: int, seeds: Sequence[Daemon] = ()) -> Daemon:
-        home = self.root / name
-        init_home(home, name=name, fleet_key=key)
-        d = Daemon(name, home, port, [s.addr for s in seeds])
-        self.daemons.append(d)
-        return d
+        return self.fleet.add(name, port=port, fleet_key=encode_fleet_key(key), seeds=seeds, log_level="warning")
 
     async def start(self, group: Sequence[Daemon], batch: int) -> None:
         """Start ``group`` in order, ``batch`` at a time (each batch ready before the next)."""
         for i in range(0, len(group), batch):
-            chunk = group[i : i + batch]
-            for d in chunk:
-                d.spawn()
-            await asyncio.gather(*(d.wait_ready() for d in chunk))
+            await asyncio.to_thread(self.fleet.start, *group[i : i + batch])
 
-    async def api(self, d: Daemon, method: str, path: str, body: Any = None, *, fresh: bool = False) -> Any:
-        """One local API call, on a kept-alive connection (as MCP clients hold them) or a new one."""
+    async def api(self, d: Daemon, method: str, path: str, body: Any = None, *, fresh: bool = False,
+                  sent: asyncio.Event | None = None) -> Any:
+        """One local API call, on a kept-alive connection (as MCP clients hold them) or a new one;
+        ``sent`` is set once the request is on its way."""
         session = self.fresh if fresh else self.keep
-        async with session.request(method, f"{d.info['local_url']}{path}", json=body) as resp:
+        async with session.request(method, f"{d.info['local_url']}{path}", json=body,
+                                   trace_request_ctx={"sent": sent}) as resp:
             data = await resp.json()
             if resp.status != 200:
                 raise RuntimeError(f"{d.name} {method} {path}: HTTP {resp.status}: {data}")
@@ -188,16 +135,32 @@ class Bench:
         out: dict[str, Any] = await self.api(d, "POST", "/api/send", body, fresh=fresh)
         return out
 
-    async def check(self, d: Daemon, since: int, wait: float, *, fresh: bool = False) -> dict[str, Any]:
+    async def check(self, d: Daemon, since: int, wait: float, *, fresh: bool = False,
+                    sent: asyncio.Event | None = None) -> dict[str, Any]:
         body = {"recipient": ROLE, "since": since, "wait": wait}
-        out: dict[str, Any] = await self.api(d, "POST", "/api/check", body, fresh=fresh)
+        out: dict[str, Any] = await self.api(d, "POST", "/api/check", body, fresh=fresh, sent=sent)
         return out
+
+    async def digest(self, d: Daemon) -> str:
+        return str((await self.api(d, "GET", "/api/digest"))["digest"])
+
+    async def settled(self, group: Sequence[Daemon], within: float = SETTLE_TIMEOUT) -> bool:
+        """Wait until every daemon of ``group`` holds the same state (receipts of the last delivery
+        included); False if they still differ after ``within`` seconds (the run goes on)."""
+        deadline = time.monotonic() + within
+        while len({await self.digest(d) for d in group}) > 1:
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.01)
+        return True
 
     async def close(self) -> None:
         await self.keep.close()
         await self.fresh.close()
-        for d in self.daemons:
-            d.stop()
+        try:
+            await asyncio.to_thread(self.fleet.close)
+        except DaemonFailed as exc:  # crashes in a daemon's log: show them, keep the figures
+            print(f"*** {exc}")
 
 
 # -- 3. push latency -----------------------------------------------------------------------------
@@ -215,11 +178,14 @@ async def deliver(
 ) -> float:
     """Seconds from the send call on ``sender`` until ``receiver``'s waiting check returns the message."""
 
+    sent = asyncio.Event()
+
     def waiter() -> asyncio.Task[dict[str, Any]]:
-        return asyncio.create_task(bench.check(receiver, cursors.at.get(receiver.name, 0), 10.0, fresh=fresh))
+        return asyncio.create_task(bench.check(receiver, cursors.at.get(receiver.name, 0), 10.0, fresh=fresh,
+                                               sent=sent))
 
     waiting = waiter()
-    await asyncio.sleep(0.005)  # let the check reach its wait
+    await sent.wait()  # the check is on its way: it waits there before the send reaches A
     t0 = time.perf_counter()
     sent = await bench.send(sender, text, fresh=fresh)
     while True:
@@ -247,7 +213,7 @@ async def samples_ms(
     out: list[float] = []
     for i in range(count):
         out.append(1000 * await deliver(bench, *pair, cursors, f"latency sample {i}", fresh=fresh))
-        await asyncio.sleep(random.uniform(0.02, 0.04))  # let the delivery receipt settle
+        await bench.settled(pair)  # the delivery receipt is back on the sender before the next sample
     return out
 
 
@@ -325,20 +291,20 @@ async def bench_catch_up(bench: Bench, sizes: Sizes, a: Daemon, b: Daemon) -> li
     note(f"applied them into A's replica file while A runs: {fmt(fill.seconds)} s "
          f"({fmt(n / fill.seconds)} ops/s); A now holds {want:,} ops")
     t0 = time.perf_counter()
-    b.spawn()
-    await b.wait_ready()
+    await asyncio.to_thread(b.start)
     ready = time.perf_counter() - t0
     st = await wait_ops(bench, b, want, 300)
     took = time.perf_counter() - t0
     got = st["totals"]["ops"]
-    note(f"B restarted: ready (daemon.json written) after {fmt(ready)} s, holds all {got:,} ops after "
+    note(f"B restarted: ready (its ready line printed) after {fmt(ready)} s, holds all {got:,} ops after "
          f"{fmt(took)} s; sync part {fmt(took - ready)} s = {fmt(n / (took - ready))} ops/s")
     if got < want:
         note(f"*** B holds only {got:,} of {want:,} ops after 300 s")
     counters = await round_counters(bench, b, 10.0)
+    pushed = (await bench.status(a))["counters"]["pushed_ops"]
     note(f"B's counters once its first round ended: {counters}")
-    note(f"  pulled by B's own rounds: {counters['pulled_ops']:,}; pushed into B by A's rounds (and counted as "
-         f"forwarded, since B forwards them like pushed-on-write ops): {counters['forwarded_ops']:,}")
+    note(f"  pulled by B's own rounds: {counters['pulled_ops']:,}; pushed by A's rounds (A's pushed_ops, all "
+         f"peers, never forwarded): {pushed:,}")
     return [report(Figure(f"catch-up of {n:,} ops after restart (incl. start-up)", took, "s", at_most(10),
                           fill.seconds))]
 
@@ -364,11 +330,12 @@ async def settle(bench: Bench, group: Sequence[Daemon], within: float) -> list[d
         await asyncio.sleep(1.0)
 
 
-async def arrival(bench: Bench, d: Daemon, since: int, msg_id: asyncio.Future[str]) -> tuple[str, float, int]:
+async def arrival(bench: Bench, d: Daemon, since: int, msg_id: asyncio.Future[str],
+                  sent: asyncio.Event) -> tuple[str, float, int]:
     """When ``d``'s check returns the message (perf_counter), and its new cursor."""
     cursor = since
     while True:
-        inbox = await bench.check(d, cursor, 30.0, fresh=True)
+        inbox = await bench.check(d, cursor, 30.0, fresh=True, sent=sent)
         at = time.perf_counter()
         cursor = inbox["cursor"]
         want = await msg_id
@@ -380,8 +347,10 @@ async def spread_once(bench: Bench, group: Sequence[Daemon], sender: Daemon, cur
     """Seconds from the send until each other daemon's check returned the message."""
     others = [d for d in group if d is not sender]
     msg_id: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-    waits = [asyncio.create_task(arrival(bench, d, cursors.at.get(d.name, 0), msg_id)) for d in others]
-    await asyncio.sleep(0.5)  # let every check reach its wait
+    sent = [asyncio.Event() for _ in others]
+    waits = [asyncio.create_task(arrival(bench, d, cursors.at.get(d.name, 0), msg_id, ev))
+             for d, ev in zip(others, sent, strict=True)]
+    await asyncio.gather(*(ev.wait() for ev in sent))  # every check is on its way
     t0 = time.perf_counter()
     sent = await bench.send(sender, "spread", fresh=True)
     msg_id.set_result(sent["id"])
@@ -435,8 +404,8 @@ async def bench_spread(bench: Bench, sizes: Sizes, hop_s: float) -> list[Figure]
         note(f"message {rep + 1}, sent on {sender.name}:")
         spread_note(times, before, after)
         worst.append(times[-1])
-        if rep + 1 < sizes.spreads:
-            await asyncio.sleep(3.0)  # let delivery receipts flood and settle before the next one
+        if rep + 1 < sizes.spreads and not await bench.settled(group):
+            note("  *** the fleet did not settle (equal state everywhere) before the next message")
     return [
         report(Figure(f"spread to all {n} daemons (worst of {len(worst)})", max(worst), "s", at_most(2), hop_s)),
         report(Figure(f"spread to all {n} daemons (median of {len(worst)})", statistics.median(worst), "s",

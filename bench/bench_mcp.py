@@ -2,7 +2,8 @@
 daemon) and over stdio (a real `peerd mcp` process), with 100k messages in the replica.
 
 Baseline, measured in the same run: the same calls made straight on the Python API
-(in-process, no MCP, no transport). Target: p50 <= 5 ms over HTTP.
+(in-process, no MCP, no transport). Target: p50 <= 5 ms over HTTP. The daemon is
+started by the test suite's harness (``tests/daemons.py``).
 
     uv run python bench/bench_mcp.py [--quick]
 """
@@ -11,25 +12,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
 
-from _util import Figure, at_most, note, percentile, print_summary, report, section
-from mcp import Client, StdioServerParameters
-from sim import apply_in_batches, workload
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
-from peerd.config import init_home
-from replica import open_home
+from _util import Figure, at_most, note, percentile, print_summary, report, section  # noqa: E402
+from mcp import Client, StdioServerParameters  # noqa: E402
+from sim import apply_in_batches, workload  # noqa: E402
 
-PEERD = Path(sys.executable).parent / "peerd"
+from peerd.config import init_home  # noqa: E402
+from replica import open_home  # noqa: E402
+from tests.daemons import PEERD, Daemon  # noqa: E402 - needs the repo root on sys.path
 
 
 def build_home(home: Path, messages: int) -> float:
@@ -86,22 +85,6 @@ def direct_latencies(home: Path, count: int) -> dict[str, list[float]]:
     return out
 
 
-def start_daemon(home: Path) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
-    proc = subprocess.Popen([str(PEERD), "run", "--home", str(home), "--port", "0", "--local-port", "0",
-                             "--no-mdns", "--log-level", "warning"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    info_path = home / "daemon.json"
-    while time.monotonic() < deadline:
-        if info_path.exists():
-            info = json.loads(info_path.read_text())
-            if info.get("pid") == proc.pid:
-                return proc, info
-        time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("daemon did not start")
-
-
 def figures_for(label: str, lat: dict[str, list[float]], base: dict[str, list[float]],
                 target: float | None) -> list[Figure]:
     figs = []
@@ -123,13 +106,14 @@ async def run(messages: int, count: int, root: Path) -> list[Figure]:
         note(f"{tool}: p50 {percentile(xs, 50):.3f} ms, p99 {percentile(xs, 99):.3f} ms")
     figures: list[Figure] = []
     section("streamable HTTP to a running daemon (SDK client, one session)")
-    proc, info = start_daemon(home)
+    daemon = Daemon("daemon", home, 0, fleet_key="", log_level="warning")
+    daemon.initialised = True  # build_home made it
+    info = await asyncio.to_thread(daemon.start)
     try:
         async with Client(info["mcp_url"]) as client:
             figures += figures_for("HTTP", await tool_latencies(client, count), base, 5.0)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
+        daemon.stop(30)
     section("stdio to `peerd mcp` (SDK client)")
     params = StdioServerParameters(command=str(PEERD), args=["mcp", "--home", str(home)])
     async with Client(params) as client:

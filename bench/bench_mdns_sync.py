@@ -6,18 +6,20 @@ Each round builds fresh network namespaces on one bridge, each daemon in its
 own namespace with mDNS on and no seeds:
 
 - *joining a running peer* (the figure with the target): daemon A runs and
-  has announced itself; B is spawned. The clock starts at B's process spawn
-  and stops when B's ``/api/status`` lists a peer with ``found_by`` "mdns"
-  whose ``last_sync_ago`` is set (the moment of that sync is the poll time
-  minus ``last_sync_ago``, so the polling pace does not count). The split:
-  spawn -> ``daemon.json`` written (its ``started`` stamp: interpreter,
-  imports, replica, both listeners), then ``daemon.json`` -> first sync.
+  has announced itself (its ``/api/status`` says ``mdns.announced``); B is
+  spawned. The clock starts at B's process spawn and stops when B's
+  ``/api/status`` lists a peer with ``found_by`` "mdns" whose
+  ``last_sync_ago`` is set (the moment of that sync is the poll time minus
+  ``last_sync_ago``, so the polling pace does not count). The split: spawn ->
+  ``daemon.json`` written (its ``started`` stamp: interpreter, imports,
+  replica, both listeners), then ``daemon.json`` -> first sync.
 - *both start together* (no target): A and B are spawned at the same moment;
   the time until both have synced with each other (by whatever source each
   learnt the other first: one side often sees the other's request before its
   own mDNS answer). Registration probing (about 1.2 s) is in this one.
 
-Target: joining p50 and max <= 2 s. The script always exits 0.
+Target: joining p50 and max <= 2 s. The script always exits 0. Daemons are
+started by the test suite's harness (``tests/daemons.py``).
 """
 
 from __future__ import annotations
@@ -36,11 +38,11 @@ sys.path.insert(0, str(ROOT))
 from _util import Figure, at_most, fmt, note, percentile, print_summary, report, section  # noqa: E402
 
 from peerd.config import new_fleet_key  # noqa: E402
-from tests.netns import NetnsLab  # noqa: E402 - needs the repo root on sys.path
-from tests.test_discovery_daemons import Peerd  # noqa: E402
+from tests.daemons import Daemon, Fleet  # noqa: E402 - needs the repo root on sys.path
+from tests.netns import NetnsLab  # noqa: E402
+from tests.test_discovery_daemons import in_namespace  # noqa: E402
 
 TARGET_S = 2.0
-ANNOUNCED_S = 2.5  # A's registration (about 1.2 s of probing) is done by then
 DEADLINE_S = 30.0
 
 
@@ -52,7 +54,7 @@ def _poll(pred: Callable[[], bool], what: str) -> None:
         time.sleep(0.02)
 
 
-def _mdns_sync_at(daemon: Peerd) -> float | None:
+def _mdns_sync_at(daemon: Daemon) -> float | None:
     """Wall-clock time of the daemon's first sync with an mDNS-found peer, if any yet."""
     now = time.time()
     ago = [float(p["last_sync_ago"]) for p in daemon.peers()
@@ -60,52 +62,64 @@ def _mdns_sync_at(daemon: Peerd) -> float | None:
     return now - max(ago) if ago else None
 
 
-def _pair(lab: NetnsLab, tmp: Path) -> tuple[Peerd, Peerd]:
+def _pair(lab: NetnsLab, fleet: Fleet) -> tuple[Daemon, Daemon]:
     lan = lab.lan("ddbench")
     key = new_fleet_key()
-    a, b = (Peerd(lab, lab.node(f"ddbench{i}", lan), tmp / f"n{i}", key, 0) for i in range(2))
+    a, b = (in_namespace(fleet, lab.node(f"ddbench{i}", lan), key) for i in range(2))
+    fleet.init([a, b])
     return a, b
+
+
+def _announced(daemon: Daemon) -> bool:
+    return bool((daemon.status().get("mdns") or {}).get("announced"))
 
 
 def joining_round() -> tuple[float, float, float]:
     """(spawn -> first mDNS sync, spawn -> daemon.json, daemon.json -> first sync) in seconds."""
     with NetnsLab.create() as lab, tempfile.TemporaryDirectory(prefix="peerd-bench-") as tmp:
-        a, b = _pair(lab, Path(tmp))
-        a.spawn()
-        a.wait_ready()
-        time.sleep(ANNOUNCED_S)
-        spawned = time.time()
-        b.spawn()
-        info = b.wait_ready()
-        synced: list[float] = []
+        fleet = Fleet(Path(tmp))
+        try:
+            return _joining(*_pair(lab, fleet))
+        finally:
+            fleet.close()
 
-        def done() -> bool:
-            at = _mdns_sync_at(b)
-            if at is not None:
-                synced.append(at)
-            return bool(synced)
 
-        _poll(done, "sync with an mDNS-found peer")
-        ready = float(info["started"])
-        return synced[0] - spawned, ready - spawned, synced[0] - ready
+def _joining(a: Daemon, b: Daemon) -> tuple[float, float, float]:
+    a.start()
+    _poll(lambda: _announced(a), "mDNS announcement of A")
+    spawned = time.time()
+    b.spawn()
+    info = b.wait_ready()
+    synced: list[float] = []
+
+    def done() -> bool:
+        at = _mdns_sync_at(b)
+        if at is not None:
+            synced.append(at)
+        return bool(synced)
+
+    _poll(done, "sync with an mDNS-found peer")
+    ready = float(info["started"])
+    return synced[0] - spawned, ready - spawned, synced[0] - ready
 
 
 def together_round() -> float:
     """Seconds from spawning both daemons until each has synced with the other."""
     with NetnsLab.create() as lab, tempfile.TemporaryDirectory(prefix="peerd-bench-") as tmp:
-        pair = _pair(lab, Path(tmp))
-        spawned = time.time()
-        for d in pair:
-            d.spawn()
-        for d in pair:
-            d.wait_ready()
-        _poll(lambda: all(d.synced_ids() for d in pair), "sync on both daemons")
+        fleet = Fleet(Path(tmp))
+        try:
+            pair = _pair(lab, fleet)
+            spawned = time.time()
+            fleet.start(*pair)
+            _poll(lambda: all(d.synced_ids() for d in pair), "sync on both daemons")
+            return max(_first_sync(d) for d in pair) - spawned
+        finally:
+            fleet.close()
 
-        def first_sync(d: Peerd) -> float:
-            now = time.time()
-            return now - max(float(p["last_sync_ago"]) for p in d.peers() if p["last_sync_ago"] is not None)
 
-        return max(first_sync(d) for d in pair) - spawned
+def _first_sync(d: Daemon) -> float:
+    now = time.time()
+    return now - max(float(p["last_sync_ago"]) for p in d.peers() if p["last_sync_ago"] is not None)
 
 
 def _figures(name: str, samples: list[float], target: float | None) -> list[Figure]:

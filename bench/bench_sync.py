@@ -95,7 +95,7 @@ def full_vector_body(raws: Sequence[bytes], link: Link) -> int:
     """The naive in-sync check: a request carrying the whole vector with full 32-byte keys."""
     with Replica.open() as a:
         apply_in_batches(a, raws)
-        size, _ = link.carry({"t": "sync", "n": protocol.short(a.node_key), "p": link.port, "v": a.vector()})
+        size, _ = link.carry(protocol.stamp({"t": protocol.SYNC, "v": a.vector()}, me=a.node_key, port=link.port))
     return size
 
 

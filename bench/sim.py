@@ -2,9 +2,10 @@
 
 * ``workload`` signs realistic message ops for a few foreign origins (in worker processes).
 * ``Link`` runs the sans-io protocol (``peerd.protocol``) between two real replicas
-  exactly as the daemon frames it: each request gets the ``n``/``p`` fields the
-  transport adds, each reply the server's ``n`` and ``c``; bodies are msgpack-packed as the
-  daemon packs them and, given a fleet key, really sealed and opened.
+  exactly as the daemon frames it, with the protocol's own functions: each request
+  gets the caller's envelope (``protocol.stamp``), each is answered by
+  ``protocol.dispatch`` (which signs the reply); bodies are encoded with
+  ``protocol.encode`` and, given a fleet key, really sealed and opened.
 * ``SimFleet`` drives many in-memory replicas through that link in rounds, with
   the daemon's push-on-write flood modelled on top.
 
@@ -28,12 +29,10 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
-
 from peerd import protocol
 from peerd.protocol import Msg, RoundResult
 from peerd.seal import SEAL_OVERHEAD, open_sealed, seal
-from replica import ApplyResult, Replica, hlc, identity, ops
+from replica import Replica, hlc, identity, ops
 
 DAEMON_PORT = 7733  # the default peer port: what the ``p`` field of a request costs
 SIGN_CHUNK = 5_000
@@ -94,14 +93,8 @@ def apply_in_batches(rep: Replica, raws: Sequence[bytes], batch: int = 1_000) ->
 # -- a metered in-memory link ---------------------------------------------------------------------
 
 
-def pack(msg: Msg) -> bytes:
-    out: bytes = msgpack.packb(msg, use_bin_type=True)
-    return out
-
-
-def unpack(data: bytes) -> Msg:
-    msg: Msg = msgpack.unpackb(data, raw=False, strict_map_key=False)
-    return msg
+pack = protocol.encode
+unpack = protocol.decode
 
 
 @dataclass
@@ -126,57 +119,43 @@ class Link:
         self.port = port
         self.trace: list[Msg] | None = None  # set to a list to keep every message carried
 
-    def carry(self, msg: Msg) -> tuple[int, Msg]:
-        """The wire size of ``msg`` sealed, and the message as the other side decodes it."""
+    def carry_plain(self, msg: Msg) -> tuple[int, bytes]:
+        """The wire size of ``msg`` sealed, and the plaintext the other side opens."""
         packed = pack(msg)
         if self.trace is not None:
             self.trace.append(msg)
         if self.key is None:
-            return len(packed) + SEAL_OVERHEAD, unpack(packed)
+            return len(packed) + SEAL_OVERHEAD, packed
         sealed = seal(self.key, packed)
         assert len(sealed) == len(packed) + SEAL_OVERHEAD
-        return len(sealed), unpack(open_sealed(self.key, sealed))
+        return len(sealed), open_sealed(self.key, sealed)
 
-    @staticmethod
-    def sign_reply(reply: Msg, server: Replica, kind: object = None) -> None:
-        """The fields ``Node._handle`` adds to a reply: the server's short id, and on ``peers``
-        replies its wall clock (ms)."""
-        reply["n"] = protocol.short(server.node_key)
-        if kind == "peers":
-            reply["c"] = time.time_ns() // 1_000_000
+    def carry(self, msg: Msg) -> tuple[int, Msg]:
+        """The wire size of ``msg`` sealed, and the message as the other side decodes it."""
+        size, plain = self.carry_plain(msg)
+        return size, unpack(plain)
 
-    def exchange(self, server: Replica, req: Msg, me: bytes, tally: Tally, budget: int) -> Msg:
-        """One request/response as the daemon frames it (``Node.call`` and ``Node._handle``)."""
-        req = {**req}
-        req.setdefault("n", protocol.short(me))
-        req.setdefault("p", self.port)
-        up, wire_req = self.carry(req)
-        reply = protocol.serve(server, wire_req, budget)
-        self.sign_reply(reply, server)
-        down, wire_reply = self.carry(reply)
+    def exchange(self, server: Replica, req: Msg, me: bytes, tally: Tally, budget: int) -> protocol.Outcome:
+        """One request/response as the daemon frames it (``Node.call`` and ``Node.answer``)."""
+        req = protocol.stamp(req, me=me, port=self.port)
+        up, plain = self.carry_plain(req)
+        here = protocol.Here(protocol.short(server.node_key), "sim", budget, time.time_ns() // 1_000_000)
+        out = protocol.dispatch(server, protocol.decode_request(plain), here)
+        down, wire_reply = self.carry(out.reply)
         tally.requests += 1
         tally.up += up
         tally.down += down
         tally.kinds[str(req["t"])] += 1
-        return wire_reply
+        return protocol.Outcome(wire_reply, out.new, out.forward, out.learnt)
 
     def round(self, client: Replica, server: Replica, budget: int, tally: Tally) -> RoundResult:
         """One push-pull round started by ``client``."""
-        gen = protocol.client_round(client, me=client.node_key, port=self.port, budget=budget)
-        return protocol.drive(gen, lambda req: self.exchange(server, req, client.node_key, tally, budget))
+        gen = protocol.client_round(client, budget=budget)
+        return protocol.drive(gen, lambda req: self.exchange(server, req, client.node_key, tally, budget).reply)
 
-    def push(self, sender: Replica, receiver: Replica, raws: list[bytes], tally: Tally) -> ApplyResult:
-        """A push of ``raws`` as ``Node._push_one`` sends it; the receiver's apply result."""
-        req: Msg = {"t": "push", "o": raws, "n": protocol.short(sender.node_key), "p": self.port}
-        up, wire_req = self.carry(req)
-        reply, result = protocol.handle_push(receiver, wire_req)
-        self.sign_reply(reply, receiver)
-        down, _ = self.carry(reply)
-        tally.requests += 1
-        tally.up += up
-        tally.down += down
-        tally.kinds["push"] += 1
-        return result
+    def push(self, sender: Replica, receiver: Replica, raws: list[bytes], tally: Tally, budget: int) -> int:
+        """A push of ``raws`` as ``Node._drain`` sends it; how many ops were new to the receiver."""
+        return self.exchange(receiver, {"t": protocol.PUSH, "o": raws}, sender.node_key, tally, budget).new
 
 
 # -- fleet simulation ------------------------------------------------------------------------------
@@ -239,7 +218,7 @@ class SimFleet:
         while queue:
             node, sender, depth = queue.pop(0)
             for j in self._peers_of(node, fanout, sender):
-                if self.link.push(self.reps[node], self.reps[j], [raw], tally).new:
+                if self.link.push(self.reps[node], self.reps[j], [raw], tally, self.budget):
                     held.add(j)
                     hops = max(hops, depth + 1)
                     queue.append((j, node, depth + 1))

@@ -138,6 +138,7 @@ class MdnsSource:
         self._zc: AsyncZeroconf | None = None
         self._browser: AsyncServiceBrowser | None = None
         self._info: AsyncServiceInfo | None = None
+        self._announced = asyncio.Event()  # set once our advert is registered and announced
         self._plan = _Plan((), ())
         self._local_networks: tuple[str, ...] = ()
         self._problem: str | None = "not started"
@@ -162,6 +163,10 @@ class MdnsSource:
     def announced(self) -> bool:
         """True once our own advert passed probing and is registered."""
         return self._info is not None
+
+    async def wait_announced(self) -> None:
+        """Return once our advert is registered and its announcements are on the wire."""
+        await self._announced.wait()
 
     @property
     def problem(self) -> str | None:
@@ -314,6 +319,7 @@ class MdnsSource:
             await self._browser.async_cancel()
             self._browser = None
         self._info = None
+        self._announced.clear()
         if zc is not None:
             # async_close sends the goodbyes (TTL 0) for our registered advert.
             with contextlib.suppress(OSError, NotRunningException):
@@ -369,6 +375,7 @@ class MdnsSource:
             return
         self._info = info
         await announcing
+        self._announced.set()
 
     def _forget_peers(self) -> None:
         """We can no longer see the LAN: report every mDNS peer as gone."""

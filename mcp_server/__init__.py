@@ -1,21 +1,48 @@
-"""MCP tools over a replica: in-process server, stdio runner and local streamable HTTP.
+"""MCP tools over a replica: in-process server, stdio runner and the streamable HTTP app.
 
 Imports only ``replica`` of peerd. Entry points:
 
 * ``build_server(replica, waiter=..., bind=...)`` -> ``MCPServer`` with every tool;
 * ``run_stdio(home, role, instance)`` -> serve stdio on the replica in ``home``;
-* ``http_app(replica, waiter=...)`` -> ASGI app for ``/mcp`` (local callers only),
-  hosted in a running loop by ``LocalHttpServer(app, port=0)``;
-* ``ReplicaWatcher(replica)`` -> a ``Waiter`` that wakes ``wait`` calls on change.
+* ``http_app(replica, waiter=...)`` -> ASGI app for ``/mcp``, which peerd's local
+  server mounts behind ``localguard.LocalOnly``;
+* ``FeedWaiter(feed)`` -> a ``Waiter`` that wakes ``wait`` calls when the process's
+  ``replica.feed.ChangeFeed`` moves.
+
+The names above load on first use: importing a light submodule
+(``mcp_server.localguard``, ``mcp_server.waiter``) never loads the MCP SDK.
 """
 
-from mcp_server.local_http import MCP_PATH, LocalHttpServer, LocalOnly, http_app
-from mcp_server.server import build_server
-from mcp_server.stdio import run_stdio
-from mcp_server.tools import TOOLS, SessionBinding
-from mcp_server.waiter import ReplicaWatcher, Waiter
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mcp_server.http import MCP_PATH, http_app
+    from mcp_server.localguard import LocalOnly
+    from mcp_server.server import build_server
+    from mcp_server.stdio import run_stdio
+    from mcp_server.tools import TOOLS, SessionBinding
+    from mcp_server.waiter import FeedWaiter, Waiter
+
+_WHERE = {
+    "MCP_PATH": "mcp_server.http", "http_app": "mcp_server.http", "LocalOnly": "mcp_server.localguard",
+    "build_server": "mcp_server.server", "run_stdio": "mcp_server.stdio", "TOOLS": "mcp_server.tools",
+    "SessionBinding": "mcp_server.tools", "FeedWaiter": "mcp_server.waiter", "Waiter": "mcp_server.waiter",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mcp_server' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
-    "MCP_PATH", "TOOLS", "LocalHttpServer", "LocalOnly", "ReplicaWatcher", "SessionBinding",
-    "Waiter", "build_server", "http_app", "run_stdio",
+    "MCP_PATH", "TOOLS", "FeedWaiter", "LocalOnly", "SessionBinding", "Waiter", "build_server",
+    "http_app", "run_stdio",
 ]

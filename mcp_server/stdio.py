@@ -3,9 +3,12 @@
 Invariants:
 * stdout carries only MCP messages; diagnostics go to stderr.
 * The session is bound by the command line (``--role``, ``--instance``).
-* ``wait`` sees writes of other processes (the daemon applying peers' ops,
-  other agents' stdio servers) through ``ReplicaWatcher``'s ~20 ms check of the
-  replica's change counter, only while a call waits.
+* The process has one change feed, whatever the number of waiting calls: its
+  own writes wake waiters at once; writes of other processes (the daemon
+  applying peers' ops, other agents' stdio servers, ``peerd send``) reach it
+  through the feed's outside source: by default one ``FileWatch`` on the
+  replica file; ``peerd mcp`` passes one that follows a running daemon's
+  change stream instead.
 """
 
 from __future__ import annotations
@@ -15,19 +18,25 @@ from pathlib import Path
 
 from mcp_server.server import build_server
 from mcp_server.tools import SessionBinding
-from mcp_server.waiter import ReplicaWatcher
+from mcp_server.waiter import FeedWaiter
 from replica import open_home
+from replica.feed import ChangeFeed, FileWatch, Source
 
 
 async def run_stdio(home: Path, role: str | None = None, instance: str | None = None, *,
-                    fleet_id: str | None = None) -> None:
-    """Serve every peerd tool over stdin/stdout on the replica in ``home`` until stdin closes."""
+                    fleet_id: str | None = None, source: Source | None = None) -> None:
+    """Serve every peerd tool over stdin/stdout on the replica in ``home`` until stdin closes.
+    ``source`` tells the change feed about other processes' writes (default: a ``FileWatch``)."""
     replica = await asyncio.to_thread(open_home, home)
-    watcher = ReplicaWatcher(replica)
     try:
-        server = build_server(replica, waiter=watcher, bind=SessionBinding(role, instance),
-                              fleet_id=(lambda: fleet_id) if fleet_id is not None else None)
-        await server.run_stdio_async()
+        feed = await asyncio.to_thread(ChangeFeed, replica, source or FileWatch(replica.path))
+        waiter = FeedWaiter(feed)
+        try:
+            server = build_server(replica, waiter=waiter, bind=SessionBinding(role, instance),
+                                  fleet_id=(lambda: fleet_id) if fleet_id is not None else None)
+            await server.run_stdio_async()
+        finally:
+            waiter.close()
+            await asyncio.to_thread(feed.close)
     finally:
-        watcher.close()
         await asyncio.to_thread(replica.close)

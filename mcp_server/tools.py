@@ -8,8 +8,9 @@ Invariants:
   synchronous function to ``Call.run`` (a worker thread).
 * Session binding fills in the caller's role and instance; explicit arguments
   win. The bound instance applies only to the bound role.
-* ``wait`` blocks through the ``Waiter`` (no busy polling), capped at
-  ``MAX_WAIT_SECONDS``; the change mark is taken before each look.
+* ``wait`` blocks through the ``Waiter`` (the process's change feed, no
+  polling), capped at ``MAX_WAIT_SECONDS``; the change mark is taken before
+  each look.
 """
 
 from __future__ import annotations
@@ -128,11 +129,12 @@ def capped_wait(seconds: float) -> float:
 
 async def wait_for_data(call: Call, look: Callable[[], Awaitable[T]], found: Callable[[T], bool],
                         wait: float) -> T:
-    """``look()`` now; if nothing is ``found`` and ``wait`` > 0, look again after each change."""
+    """``look()`` now; if nothing is ``found`` and ``wait`` > 0, look again after each change.
+    A wake with no change means the host is closing: the call returns what it has."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + capped_wait(wait)
+    mark = await call.run(Replica.max_lseq)
     while True:
-        mark = await call.run(Replica.max_lseq)
         result = await look()
         left = deadline - loop.time()
         if found(result) or left <= 0:
@@ -140,6 +142,10 @@ async def wait_for_data(call: Call, look: Callable[[], Awaitable[T]], found: Cal
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(left):
                 await call.env.waiter.wait_beyond(mark)
+        now = await call.run(Replica.max_lseq)
+        if now <= mark:
+            return result
+        mark = now
 
 
 # -- replica-side bodies (run on a worker thread) -----------------------------------------

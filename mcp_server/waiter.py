@@ -1,14 +1,17 @@
-"""Blocking until the replica changes, without busy polling.
+"""Blocking until the replica changes: the asyncio side of the process's change feed.
 
 Invariants:
 * The replica's change counter is ``max_lseq()``: every op that lands, local or
-  from a peer, from this process or another, raises it.
-* ``wait_beyond(mark)`` returns as soon as ``max_lseq() > mark``; callers bound
-  it with ``asyncio.timeout`` and take ``mark`` *before* they look for data, so
-  a change that lands between the look and the wait is never missed.
-* ``ReplicaWatcher`` wakes waiters at once on commits made through the same
-  ``Replica`` object (its listener) and notices commits of other processes by
-  reading ``max_lseq()`` every ``interval`` seconds, only while someone waits.
+  from a peer, from this process or another, raises it; the process's one
+  ``replica.feed.ChangeFeed`` learns of it (see there for how) and wakes us.
+* ``wait_beyond(mark)`` returns as soon as the feed's mark exceeds ``mark``;
+  callers bound it with ``asyncio.timeout`` and take ``mark`` *before* they look
+  for data, so a change that lands between the look and the wait is never missed.
+* No timers and no polling: a waiter costs one future; a change costs one
+  callback on the loop, however many calls wait.
+* Once closed (the host is going away), every wait returns at once, and a
+  caller that finds nothing new stops waiting.
+* Imports no MCP SDK: the daemon uses it for its local API as well.
 """
 
 from __future__ import annotations
@@ -17,9 +20,7 @@ import asyncio
 import contextlib
 from typing import Protocol
 
-from replica import Replica
-
-POLL_INTERVAL = 0.02
+from replica.feed import ChangeFeed
 
 
 class Waiter(Protocol):
@@ -30,59 +31,57 @@ class Waiter(Protocol):
         ...
 
 
-class ReplicaWatcher:
-    """A ``Waiter`` over one replica: listener for in-process commits, cheap polling otherwise."""
+class FeedWaiter:
+    """A ``Waiter`` on one event loop over a ``ChangeFeed``."""
 
-    def __init__(self, replica: Replica, *, interval: float = POLL_INTERVAL) -> None:
-        self._replica = replica
-        self._interval = interval
+    def __init__(self, feed: ChangeFeed) -> None:
+        self._feed = feed
         self._waiters: dict[asyncio.Future[None], int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._kick: asyncio.Event | None = None
-        self._task: asyncio.Task[None] | None = None
-        replica.add_listener(self._on_commit)
+        self._pending = False
+        self.closed = False
+        self._unsubscribe = feed.subscribe(self._on_change)
 
-    def close(self) -> None:
-        """Stop listening and wake every waiter (they return as if the replica changed)."""
-        self._replica.remove_listener(self._on_commit)
-        if self._task is not None:
-            self._task.cancel()
-        for fut in self._waiters:
-            if not fut.done():
-                fut.set_result(None)
+    @property
+    def mark(self) -> int:
+        """The newest mark the feed knows (take it before looking for data)."""
+        return self._feed.mark
+
+    @property
+    def waiting(self) -> int:
+        """How many calls wait right now."""
+        return len(self._waiters)
 
     async def wait_beyond(self, lseq: int) -> None:
-        loop = asyncio.get_running_loop()
-        kick = self._bind(loop)
+        if self.closed or self._feed.mark > lseq:
+            return
+        loop = self._loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         self._waiters[fut] = lseq
-        kick.set()  # read max_lseq now: the change may already be there
-        if self._task is None or self._task.done():
-            self._task = loop.create_task(self._watch(kick))
         try:
-            await fut
+            if self._feed.mark <= lseq:  # look again: a change may have landed while we registered
+                await fut
         finally:
             self._waiters.pop(fut, None)
 
-    def _bind(self, loop: asyncio.AbstractEventLoop) -> asyncio.Event:
-        if self._loop is not loop or self._kick is None:
-            self._loop, self._kick = loop, asyncio.Event()
-        return self._kick
+    def close(self) -> None:
+        """Stop following the feed and release every waiter (on the loop's thread)."""
+        self.closed = True
+        self._unsubscribe()
+        self._release()
 
-    def _on_commit(self) -> None:
-        """Called by the replica from the writing thread after each commit."""
-        loop, kick = self._loop, self._kick
-        if loop is None or kick is None:
-            return
+    def _on_change(self) -> None:
+        """Called by the feed from whichever thread learned of the change."""
+        loop = self._loop
+        if loop is None or self._pending:
+            return  # nobody has waited yet (the mark is looked at again on entry), or a release is due
+        self._pending = True
         with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
-            loop.call_soon_threadsafe(kick.set)
+            loop.call_soon_threadsafe(self._release)
 
-    async def _watch(self, kick: asyncio.Event) -> None:
-        while self._waiters:
-            kick.clear()
-            latest = await asyncio.to_thread(self._replica.max_lseq)
-            for fut, mark in list(self._waiters.items()):
-                if latest > mark and not fut.done():
-                    fut.set_result(None)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(kick.wait(), self._interval)
+    def _release(self) -> None:
+        self._pending = False
+        mark = self._feed.mark
+        for fut, lseq in list(self._waiters.items()):
+            if (self.closed or mark > lseq) and not fut.done():
+                fut.set_result(None)

@@ -1,17 +1,25 @@
 """``peerd run``: open the home, start the node and the local server, write daemon.json.
 
 Invariants: daemon.json appears only once both listeners accept connections
-and is removed on clean shutdown; SIGTERM and SIGINT stop the daemon cleanly;
-the node id survives restarts because the key lives in the home.
+and is removed on clean shutdown; right after writing it, ``run`` prints the
+same object as one JSON line on stdout (the ready line: whoever started the
+daemon waits for it instead of polling for the file) and nothing else goes to
+stdout; SIGTERM and SIGINT stop the daemon cleanly; the node id survives
+restarts because the key lives in the home. The process has one change feed
+(``replica.feed``), watching the replica file for other processes' writes; on
+stop it is closed first of all, which ends every waiting request and change
+stream at once (an event, not a poll).
 """
 
 from __future__ import annotations
 
 import asyncio
 import fcntl
+import json
 import logging
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,21 +27,20 @@ from typing import Any
 from peerd import home as homes
 from peerd.config import Config
 from peerd.errors import DaemonError
-from peerd.local import LocalServer, build_app
+from peerd.lazymount import McpBuilder
+from peerd.local import LocalServer, build_app, mcp_builder
 from peerd.localapi import build_routes
 from peerd.node import Node
 from replica import Replica, open_home
+from replica.feed import ChangeFeed
 
 log = logging.getLogger("peerd")
 
 
-def _mcp_app(node: Node) -> Any:
-    """The MCP streamable-HTTP app served at /mcp on the local port."""
-    from mcp_server.local_http import http_app  # noqa: PLC0415 - heavy import, only for the daemon
-    from mcp_server.waiter import ReplicaWatcher  # noqa: PLC0415
-
+def _mcp_app(node: Node) -> McpBuilder:
+    """What builds the MCP app at /mcp, on the first request to it (never at start)."""
     fleet = node.cfg.fleet_id
-    return http_app(node.rep, waiter=ReplicaWatcher(node.rep), fleet_id=lambda: fleet)
+    return mcp_builder(node.rep, node.waiter, fleet_id=lambda: fleet)
 
 
 class Daemon:
@@ -43,6 +50,7 @@ class Daemon:
         self.bind = bind
         self.advertise = advertise
         self.rep: Replica | None = None
+        self.feed: ChangeFeed | None = None
         self.node: Node | None = None
         self.local: LocalServer | None = None
         self.info: dict[str, Any] = {}
@@ -66,7 +74,8 @@ class Daemon:
     async def start(self) -> dict[str, Any]:
         self._lock_home()
         self.rep = await asyncio.to_thread(open_home, self.home)
-        self.node = Node(self.cfg, self.rep, bind=self.bind)
+        self.feed = await asyncio.to_thread(ChangeFeed.watching, self.rep)
+        self.node = Node(self.cfg, self.rep, bind=self.bind, feed=self.feed)
         await self.node.start()
         self.info = {
             "pid": os.getpid(), "node_id": self.rep.node_id, "name": self.cfg.name,
@@ -81,8 +90,8 @@ class Daemon:
             await self.node.stop()
             raise
         self.info.update({
-            "local_port": self.local.port, "local_url": f"http://127.0.0.1:{self.local.port}",
-            "mcp_url": f"http://127.0.0.1:{self.local.port}/mcp", "started": time.time(),
+            "local_port": self.local.port, "local_url": self.local.url, "mcp_url": self.local.mcp_url,
+            "started": time.time(),
         })
         homes.write_daemon_json(self.home, self.info)
         log.info("peerd ready: node %s, peer port %d, local %s",
@@ -91,15 +100,30 @@ class Daemon:
 
     async def stop(self) -> None:
         homes.remove_daemon_json(self.home, only_pid=os.getpid())
+        if self.node is not None:
+            self.node.waiter.close()  # waiting requests and change streams end now
         if self.local is not None:
             await self.local.stop()
         if self.node is not None:
             await self.node.stop()
+        if self.feed is not None:
+            await asyncio.to_thread(self.feed.close)
         if self.rep is not None:
             self.rep.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+
+def announce_ready(info: dict[str, Any]) -> None:
+    """The ready line: daemon.json's content as one JSON line on stdout."""
+    if sys.stdout is None:
+        return
+    try:
+        sys.stdout.write(json.dumps(info) + "\n")
+        sys.stdout.flush()
+    except (OSError, ValueError):  # stdout closed, or a pipe nobody reads any more: nobody to tell
+        pass
 
 
 async def run(home: Path, cfg: Config, *, bind: str = "0.0.0.0", advertise: str = "127.0.0.1") -> None:
@@ -109,8 +133,10 @@ async def run(home: Path, cfg: Config, *, bind: str = "0.0.0.0", advertise: str 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await daemon.start()
+        announce_ready(await daemon.start())
     except BaseException:
+        if daemon.feed is not None:
+            daemon.feed.close()
         if daemon.rep is not None:
             daemon.rep.close()
         if daemon._lock_fd is not None:

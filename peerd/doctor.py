@@ -15,14 +15,16 @@ Invariants:
   failed is a ``skip`` saying why, not a second failure.
 * Findings are plain values built by small functions; the I/O (files,
   sockets, HTTP) sits in thin probes that translate every error into a finding.
+* Peers are probed with the daemon's own transport and codec
+  (``peerd.transport``, ``peerd.protocol``), all at once, each bounded by the timeout.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import email.utils
 import errno
-import http.client
 import json
 import os
 import socket
@@ -30,7 +32,6 @@ import stat
 import time
 import urllib.request
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,11 +39,13 @@ from typing import Any
 from discovery.netif import probe_mdns_port
 from discovery.seeds import format_seed
 from peerd import home as homes
+from peerd import protocol
 from peerd.config import Config, load_config, normalize_seed, parse_seed
-from peerd.errors import ConfigError, DaemonError, SealError
+from peerd.errors import ConfigError, DaemonError, SealError, TransportError
+from peerd.protocol import ProtocolError
 from peerd.seal import open_sealed, seal
-from replica import StoreError, Undecodable, check_file, identity
-from replica.codec import pack, unpack
+from peerd.transport import Answer, HttpTransport, Transport
+from replica import StoreError, check_file, identity
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 MDNS_PORT = 5353
@@ -321,10 +324,6 @@ class Probe:
         return self.kind in ("ok", "self")
 
 
-def _request() -> bytes:
-    return pack({"t": "peers", "k": []})
-
-
 def clock_skew(date_header: str | None, sent: float, received: float, reply_ms: object = None) -> float | None:
     """Their clock minus ours: from a millisecond clock in the reply when the peer sends one,
     else from the HTTP Date header (whole seconds, so +-1 s)."""
@@ -340,60 +339,52 @@ def clock_skew(date_header: str | None, sent: float, received: float, reply_ms: 
     return when + 0.5 - mid  # the header truncates to the second
 
 
-def probe(address: str, fleet_key: bytes, timeout: float, me: str | None = None) -> Probe:
-    """One sealed ``peers`` request to ``address`` (host:port)."""
+async def probe(transport: Transport, address: str, fleet_key: bytes, seconds: float,
+                me: str | None = None) -> Probe:
+    """One sealed ``peers`` request to ``address`` (host:port), naming nothing of ours; the
+    transport bounds it to ``seconds``."""
     try:
         host, port = parse_seed(address)
-        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except ConfigError as exc:
         return Probe(address, "unresolvable", str(exc))
     except OSError as exc:
         return Probe(address, "unresolvable", f"cannot resolve it: {exc.strerror or exc}")
     sent = time.time()
-    answer = _post(host, port, seal(fleet_key, _request()), timeout)
-    if isinstance(answer, Probe):
-        return Probe(address, answer.kind, answer.detail)
-    status, date, data = answer
-    return _classify(address, status=status, date=date, data=data, key=fleet_key, sent=sent,
-                     received=time.time(), me=me)
-
-
-def _post(host: str, port: int, body: bytes, timeout: float) -> tuple[int, str | None, bytes] | Probe:
-    """POST /v1: (status, Date header, body), or a Probe saying why there was no answer."""
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
-        conn.request("POST", "/v1", body=body, headers={"Content-Type": "application/octet-stream"})
-        resp = conn.getresponse()
-        return resp.status, resp.getheader("Date"), resp.read()
-    except ConnectionRefusedError:
-        return Probe("", "refused", "connection refused: nothing listens there")
-    except TimeoutError:
-        return Probe("", "timeout", f"no answer within {timeout:g} s")
-    except (http.client.HTTPException, ConnectionError) as exc:
-        return Probe("", "not-peerd", f"answers, but not like a peerd peer port ({type(exc).__name__})")
-    except OSError as exc:
-        return Probe("", "unreachable", exc.strerror or str(exc))
-    finally:
-        conn.close()
+        answer = await transport.post(address, seal(fleet_key, protocol.encode(protocol.probe())))
+    except TransportError as exc:
+        return Probe(address, exc.kind, _no_answer(exc, seconds))
+    return _classify(address, answer, key=fleet_key, sent=sent, received=time.time(), me=me)
 
 
-def _classify(address: str, *, status: int, date: str | None, data: bytes, key: bytes, sent: float,
-              received: float, me: str | None) -> Probe:
+def _no_answer(exc: TransportError, seconds: float) -> str:
+    if exc.kind == "refused":
+        return "connection refused: nothing listens there"
+    if exc.kind == "timeout":
+        return f"no answer within {seconds:g} s"
+    if exc.kind in ("not-peerd", "too-large"):
+        return f"answers, but not like a peerd peer port ({exc.detail})"
+    return exc.detail
+
+
+def _classify(address: str, answer: Answer, *, key: bytes, sent: float, received: float, me: str | None) -> Probe:
     rtt = received - sent
+    status = answer.status
     if status == 403:
         return Probe(address, "wrong-fleet", "refused our sealed request: it belongs to another fleet "
-                     "(different fleet key)", rtt=rtt, skew=clock_skew(date, sent, received))
+                     "(different fleet key)", rtt=rtt, skew=clock_skew(answer.date, sent, received))
     try:
-        reply = unpack(open_sealed(key, data), strict_map_key=False)
+        reply = protocol.decode(open_sealed(key, answer.body))
     except SealError:
         return Probe(address, "not-peerd", f"answers HTTP {status}, but not with a body sealed by our fleet key",
                      rtt=rtt)
-    except Undecodable:
+    except ProtocolError:
         return Probe(address, "not-peerd", f"answers HTTP {status} with an unreadable body", rtt=rtt)
-    node = reply.get("n") if isinstance(reply, dict) else None
-    if status != 200 or not isinstance(node, bytes):
+    node = protocol.envelope(reply).sender
+    if status != 200 or node is None:
         return Probe(address, "not-peerd", f"answers HTTP {status} without a peer reply", rtt=rtt)
-    skew = clock_skew(date, sent, received, reply.get("c"))
+    skew = clock_skew(answer.date, sent, received, reply.get("c"))
     kind = "self" if me is not None and me.startswith(node.hex()) else "ok"
     what = "this node itself" if kind == "self" else f"node {node.hex()}"
     return Probe(address, kind, f"{what}, same fleet, {rtt * 1000:.0f} ms", node=node.hex(), rtt=rtt, skew=skew)
@@ -441,13 +432,19 @@ def clock_finding(p: Probe) -> Finding | None:
                    "its messages get capped timestamps", fix)
 
 
-def probe_all(addresses: Iterable[str], key: bytes, timeout: float, me: str | None) -> dict[str, Probe]:
+def probe_all(addresses: Iterable[str], cfg: Config, timeout: float, me: str | None) -> dict[str, Probe]:
+    """Probe every address at once (at most ``MAX_PROBES`` of them)."""
     todo = list(dict.fromkeys(addresses))[:MAX_PROBES]
-    if not todo:
-        return {}
-    with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
-        results = pool.map(lambda a: probe(a, key, timeout, me), todo)
-        return dict(zip(todo, results, strict=True))
+    return asyncio.run(_probe_all(todo, cfg, timeout, me)) if todo else {}
+
+
+async def _probe_all(todo: Sequence[str], cfg: Config, seconds: float, me: str | None) -> dict[str, Probe]:
+    transport = HttpTransport(max_body=cfg.max_body_bytes, total=seconds)
+    try:
+        results = await asyncio.gather(*(probe(transport, a, cfg.fleet_key, seconds, me) for a in todo))
+    finally:
+        await transport.close()
+    return dict(zip(todo, results, strict=True))
 
 
 def _canonical(address: str) -> str:
@@ -496,7 +493,7 @@ def run_checks(home: Path, *, timeout: float = 3.0) -> Report:
     seeds = [_canonical(s) for s in cfg.seeds]
     own = format_seed("127.0.0.1", status["peer_port"]) if status is not None and "peer_port" in status else None
     addresses = [*seeds, *(p["address"] for p in peers), *([own] if own else [])]
-    probes = probe_all(addresses, cfg.fleet_key, timeout, node_id)
+    probes = probe_all(addresses, cfg, timeout, node_id)
     report.findings += check_ports(cfg, status, probes.get(own) if own else None)
     add(check_mdns(cfg, status, lan_addresses() if cfg.mdns else [], probe_mdns_port() if cfg.mdns else None))
     for s in seeds:

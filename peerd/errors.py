@@ -6,8 +6,8 @@ Invariants:
   occur and never leak through `peerd` functions.
 - Errors are split by who is at fault: `ConfigError` is local (the user or the config
   file; a bad local API call is the replica's `InvalidArgument` / `NotFound`), `PeerError`
-  and its subclass `SealError` are remote (another machine sent something bad or did not
-  answer).
+  and its subclasses `TransportError` and `SealError` are remote (another machine sent
+  something bad or did not answer).
 - Messages are written for the person reading them: they name the file, key or peer
   involved and, where one exists, the way out.
 """
@@ -37,6 +37,20 @@ class PeerError(DaemonError):
     def __init__(self, message: str, *, peer: str | None = None) -> None:
         super().__init__(message if peer is None else f"{peer}: {message}")
         self.peer = peer
+
+
+class TransportError(PeerError):
+    """A request got no answer: the peer could not be reached, was too slow, sent too much,
+    or does not answer like a peer port.
+
+    `kind` says which (`timeout`, `refused`, `unreachable`, `not-peerd`, `too-large`) and
+    `detail` gives the underlying reason, for callers that word it themselves (`peerd doctor`).
+    """
+
+    def __init__(self, message: str, *, peer: str | None = None, kind: str, detail: str = "") -> None:
+        super().__init__(message, peer=peer)
+        self.kind = kind
+        self.detail = detail or message
 
 
 class SealError(PeerError):

@@ -1,162 +1,348 @@
-"""The local server: JSON API (and MCP, mounted by the daemon) on 127.0.0.1 only.
+"""The one local server: the JSON API, the dashboard and MCP (at ``/mcp``) on 127.0.0.1.
 
-Invariants: it binds 127.0.0.1; every request's Host must name a loopback
-host and an Origin header, when present, must be a loopback origin, so a web
-page cannot reach the API through DNS rebinding or a cross-site POST; replica
-calls run off the event loop; bad arguments get 400 with the replica's
-message and change nothing; unknown ids get 404.
+Invariants:
+* One uvicorn embedding serves everything on the local port, inside the
+  daemon's event loop; it binds 127.0.0.1 itself (``port=0`` picks a free one)
+  and never touches signal handlers.
+* ``mcp_server.localguard.LocalOnly`` stands in front of every route: a
+  request whose Host or Origin is not loopback gets 403 before anything reads
+  its body.
+* Resources are bounded before the app runs: a request head must arrive
+  within ``HEAD_TIMEOUT`` (400 if still incomplete past ``MAX_HEADER_BYTES``), a body within
+  ``BODY_TIMEOUT`` and ``MAX_BODY_BYTES`` (a larger ``Content-Length`` is
+  refused unread; a chunked body is cut off at the limit), and connections
+  beyond ``connection_cap`` (under the open-file limit) are closed on accept.
+* MCP is mounted lazily: the first request to ``/mcp`` imports and builds the
+  MCP app in a worker thread (once, however many requests arrive together)
+  and starts its lifespan; the server's shutdown stops it. Until then the
+  daemon has not loaded the MCP SDK.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import logging
+import resource
 import socket
-from collections.abc import Awaitable, Callable, Generator
-from typing import Any
-from urllib.parse import urlsplit
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import ClassVar
 
+import h11
 import uvicorn
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.routing import BaseRoute
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from mcp_server.localguard import LocalOnly, send_error
+from mcp_server.waiter import Waiter
 from peerd.errors import DaemonError
-from replica import InvalidArgument, NotFound, PeerdError
+from peerd.lazymount import LazyMount, McpBuilder
+from replica import Replica
 
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
-MAX_JSON_BYTES = 1024 * 1024
+log = logging.getLogger("peerd.local")
 
-
-def host_allowed(host_header: str | None) -> bool:
-    if not host_header:
-        return False
-    host = host_header.rsplit(":", 1)[0] if not host_header.endswith("]") else host_header
-    if host_header.startswith("[") and "]:" in host_header:
-        host = host_header.split("]:")[0] + "]"
-    return host.lower() in LOOPBACK_HOSTS
-
-
-def origin_allowed(origin: str | None) -> bool:
-    if origin is None:
-        return True
-    parts = urlsplit(origin)
-    return parts.scheme in ("http", "https") and (parts.hostname or "").lower() in LOOPBACK_HOSTS
+MCP_PATH = "/mcp"
+MAX_BODY_BYTES = 1024 * 1024
+MAX_HEADER_BYTES = 32 * 1024
+HEAD_TIMEOUT = 10.0  # seconds from a connection (or a request's first byte) to its complete head
+BODY_TIMEOUT = 10.0  # seconds to receive a whole request body
+KEEP_ALIVE = 5.0  # seconds an idle keep-alive connection stays open
+MAX_CONNECTIONS = 512
 
 
-class LoopbackOnly:
-    """ASGI middleware: 403 unless Host and Origin are loopback."""
+def connection_cap(soft_nofile: int, ceiling: int = MAX_CONNECTIONS) -> int:
+    """How many local connections to hold open: a quarter of the open-file limit (the peer
+    port, SQLite and logs need the rest), at least 16, at most ``ceiling``."""
+    if soft_nofile < 0:  # RLIM_INFINITY
+        return ceiling
+    return max(16, min(ceiling, soft_nofile // 4))
 
-    def __init__(self, app: ASGIApp) -> None:
+
+def _open_file_cap() -> int:
+    return connection_cap(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one local client may hold: connections, time to send a head and a body, body size."""
+
+    max_connections: int = field(default_factory=_open_file_cap)
+    head_timeout: float = HEAD_TIMEOUT
+    body_timeout: float = BODY_TIMEOUT
+    max_body: int = MAX_BODY_BYTES
+
+
+def declared_length(headers: Iterable[tuple[bytes, bytes]]) -> int | None:
+    """The request's Content-Length (h11 has checked that it is one well-formed number), if any."""
+    for name, value in headers:
+        if name.lower() == b"content-length" and value.isdigit():
+            return int(value)
+    return None
+
+
+def under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix + "/")
+
+
+# -- bounded bodies ---------------------------------------------------------------------------
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+async def read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole request body, or None if the client went away; BodyTooLarge past ``limit``."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that hands out ``body`` first, then whatever the connection says (a disconnect)."""
+    pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def again() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return again
+
+
+class BoundedBody:
+    """ASGI middleware: read each request body up front, within a size limit and a deadline."""
+
+    def __init__(self, app: ASGIApp, limits: Limits) -> None:
         self.app = app
+        self.limit = limits.max_body
+        self.timeout = limits.body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-            if not host_allowed(headers.get("host")) or not origin_allowed(headers.get("origin")):
-                resp = JSONResponse({"error": "forbidden: this port only serves pages and clients on this machine"},
-                                    status_code=403)
-                await resp(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-async def read_json(request: Request) -> dict[str, Any]:
-    body = await request.body()
-    if len(body) > MAX_JSON_BYTES:
-        raise InvalidArgument(f"request body over {MAX_JSON_BYTES} bytes")
-    try:
-        data = json.loads(body or b"{}")
-    except ValueError:
-        raise InvalidArgument("request body is not JSON") from None
-    if not isinstance(data, dict):
-        raise InvalidArgument("request body must be a JSON object")
-    return data
-
-
-Endpoint = Callable[[Request], Awaitable[Any]]
-
-
-def json_endpoint(fn: Endpoint) -> Callable[[Request], Awaitable[Response]]:
-    """Wrap a handler: its result as JSON, replica errors as 400/404 with the message."""
-
-    async def endpoint(request: Request) -> Response:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_large = f"request body over {self.limit} bytes"
+        declared = declared_length(scope["headers"])
+        if declared is not None and declared > self.limit:
+            await send_error(send, 413, too_large)  # refused unread; the connection closes
+            return
         try:
-            return JSONResponse(await fn(request))
-        except NotFound as exc:
-            return JSONResponse({"error": str(exc)}, status_code=404)
-        except (InvalidArgument, TypeError) as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
-        except PeerdError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=500)
+            async with asyncio.timeout(self.timeout):
+                body = await read_body(receive, self.limit)
+        except TimeoutError:
+            await send_error(send, 408, f"request body not received within {self.timeout:g} s")
+            return
+        except BodyTooLarge:
+            await send_error(send, 413, too_large)
+            return
+        if body is not None:
+            await self.app(scope, replay(body, receive), send)
 
-    return endpoint
+
+# -- the app ----------------------------------------------------------------------------------
 
 
-def build_app(routes: list[BaseRoute], mcp: ASGIApp | None = None, mcp_prefix: str = "/mcp") -> ASGIApp:
-    """The local app: our routes, with ``mcp`` (which owns the ASGI lifespan) under ``mcp_prefix``."""
-    api = Starlette(routes=routes)
-    if mcp is None:
-        return LoopbackOnly(api)
+@dataclass
+class LocalApp:
+    """The local port's ASGI app: guard, body bounds, then MCP or our routes."""
 
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        if scope["type"] == "lifespan" or path == mcp_prefix or path.startswith(mcp_prefix + "/"):
-            assert mcp is not None
-            await mcp(scope, receive, send)
+    api: ASGIApp
+    mcp: LazyMount | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif self.mcp is not None and under(scope["path"], MCP_PATH):
+            await self.mcp(scope, receive, send)
         else:
-            await api(scope, receive, send)
+            await self.api(scope, receive, send)
 
-    return LoopbackOnly(app)
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self.mcp is not None:
+                    try:
+                        await self.mcp.close()
+                    except Exception:
+                        log.exception("stopping MCP failed")
+                await send({"type": "lifespan.shutdown.complete"})
+                return
 
 
-def route(path: str, fn: Endpoint, methods: list[str]) -> Route:
-    return Route(path, json_endpoint(fn), methods=methods)
+def mcp_builder(replica: Replica, waiter: Waiter, *, fleet_id: Callable[[], str | None] | None = None) -> McpBuilder:
+    """What builds MCP over ``replica``; it imports the MCP SDK when called (in a worker thread)."""
+
+    def build() -> ASGIApp:
+        from mcp_server.http import http_app  # noqa: PLC0415 - the MCP SDK: loaded on the first /mcp request
+
+        return http_app(replica, waiter=waiter, fleet_id=fleet_id)
+
+    return build
+
+
+def build_app(routes: list[BaseRoute], mcp: McpBuilder | None = None, limits: Limits | None = None) -> ASGIApp:
+    """The local port's app: ``routes``, and MCP at ``/mcp`` built by ``mcp`` on first use."""
+    app = LocalApp(Starlette(routes=routes), LazyMount(mcp) if mcp is not None else None)
+    return LocalOnly(BoundedBody(app, limits or Limits()))
+
+
+def find_local_app(app: ASGIApp) -> LocalApp | None:
+    """The ``LocalApp`` inside ``build_app``'s wrappers (tests and benchmarks look at its mount)."""
+    while not isinstance(app, LocalApp):
+        inner = getattr(app, "app", None)
+        if inner is None:
+            return None
+        app = inner
+    return app
+
+
+# -- the server -------------------------------------------------------------------------------
+
+
+class BoundedH11(H11Protocol):
+    """uvicorn's h11 protocol, plus a deadline for each request head and a hard connection cap.
+
+    uvicorn itself only times out idle keep-alive connections after a response;
+    a connection that never completes its head would otherwise stay forever.
+    """
+
+    limits: ClassVar[Limits]
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.limits.max_connections:
+            transport.close()  # over the cap: give the file descriptor back at once
+            return
+        self._watch_head()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._watch_head()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        super().connection_lost(exc)
+
+    def _watch_head(self) -> None:
+        """Arm the head deadline while a request head is awaited; disarm once it has arrived."""
+        if self.conn.their_state is not h11.IDLE:
+            self._stop_head_timer()
+        elif self._head_timer is None and not self.transport.is_closing():
+            self._head_timer = self.loop.call_later(self.limits.head_timeout, self._head_overdue)
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_overdue(self) -> None:
+        self._head_timer = None
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            self.transport.close()
+
+
+def protocol_for(limits: Limits) -> type[BoundedH11]:
+    return type("LocalH11", (BoundedH11,), {"limits": limits})
 
 
 class _Server(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = asyncio.Event()
+
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield  # the daemon handles signals itself
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        self.ready.set()
+
+
+def _bind(port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # so asyncio sets TCP_NODELAY
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError as exc:
+        sock.close()
+        raise DaemonError(
+            f"cannot listen on 127.0.0.1:{port} for MCP and the local API: {exc.strerror or exc}"
+            " (is another peerd running? pick another port with --local-port, or 0 for any free one)"
+        ) from None
+    return sock
+
 
 class LocalServer:
-    """uvicorn serving the local app on 127.0.0.1 inside the daemon's event loop."""
+    """uvicorn serving the local app on 127.0.0.1 inside the running event loop."""
 
-    def __init__(self, app: ASGIApp, port: int) -> None:
+    def __init__(self, app: ASGIApp, port: int = 0, *, limits: Limits | None = None) -> None:
         self.app = app
         self.want_port = port
         self.port = 0
+        self.limits = limits or Limits()
         self._server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
 
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def mcp_url(self) -> str:
+        return self.url + MCP_PATH
+
+    def config(self) -> uvicorn.Config:
+        return uvicorn.Config(
+            self.app, lifespan="on", log_config=None, log_level="warning", access_log=False, ws="none",
+            # Connections over the cap are closed on accept (BoundedH11), so uvicorn's own 503 only
+            # answers when more requests than that are still running.
+            http=protocol_for(self.limits), limit_concurrency=self.limits.max_connections + 1,
+            timeout_keep_alive=int(KEEP_ALIVE), h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+            timeout_graceful_shutdown=2,
+        )
+
     async def start(self) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # so asyncio sets TCP_NODELAY
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", self.want_port))
-        except OSError as exc:
-            sock.close()
-            raise DaemonError(
-                f"cannot listen on 127.0.0.1:{self.want_port} for MCP and the local API: {exc.strerror or exc}"
-                " (is another peerd running? pick another port with --local-port, or 0 for any free one)"
-            ) from None
+        sock = _bind(self.want_port)
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self.app, log_level="warning", lifespan="on", access_log=False,
-                                timeout_graceful_shutdown=2)
-        self._server = _Server(config)
-        self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
-        while not self._server.started:
-            if self._task.done():
-                self._task.result()
-                raise RuntimeError("local server stopped during start-up")
-            await asyncio.sleep(0.01)
+        server = self._server = _Server(self.config())
+        task = self._task = asyncio.create_task(server.serve(sockets=[sock]))
+        ready = asyncio.create_task(server.ready.wait())
+        await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        if not server.started:
+            await self.stop()
+            raise DaemonError("the local server stopped during start-up")
 
     async def stop(self) -> None:
-        if self._server is not None and self._task is not None:
-            self._server.should_exit = True
+        server, task = self._server, self._task
+        self._server = self._task = None
+        if server is not None and task is not None:
+            server.should_exit = True
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                await task
+
+    async def __aenter__(self) -> LocalServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.stop()

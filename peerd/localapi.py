@@ -2,32 +2,36 @@
 live event stream, used by the CLI, the dashboard and tests.
 
 Invariants:
-* Every handler checks its arguments through the replica API (which raises
+* Every handler takes its arguments through ``peerd.apiargs`` (a missing or
+  wrong-typed field is a 400 naming it) and the replica API (which raises
   InvalidArgument / NotFound with a clear message) and runs SQLite work in a
   worker thread; the operator views only read (see ``peerd.dashboard.views``).
 * A request that waits (``/api/check`` and ``/api/messages`` with ``wait``,
-  the ``/api/events`` stream) wakes on ``node.changes``, never busy-polls, is
-  bounded in time, and ends within about a second once the daemon starts to
-  shut down (its ``daemon.json`` is gone), so an open dashboard never holds a
-  daemon up.
+  the ``/api/events`` and ``/api/feed`` streams) wakes on the process's change
+  feed (``node.waiter``), never polls, is bounded in time (``/api/feed`` only by
+  the daemon's life), and ends at once when the daemon starts to shut down
+  (the daemon closes the waiter: an event), so an open dashboard or a
+  ``peerd mcp`` following the feed never holds a daemon up.
+* Marks (``version`` in events, ``lseq`` in the feed) are the replica's
+  ``max_lseq``: they only grow.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from peerd import home as homes
+from mcp_server.waiter import FeedWaiter
+from peerd.apiargs import opt_bool, opt_int, opt_str, parse_int, parse_text, read_json, req_str, route, str_list
 from peerd.dashboard import page_routes, views
-from peerd.local import read_json, route
 from peerd.node import Node
 from replica import InvalidArgument
 from replica.api import DEFAULT_LIMIT
@@ -36,17 +40,12 @@ WAIT_CAP = 300.0
 MESSAGES_WAIT_CAP = 60.0
 STREAM_SECONDS = 60.0  # an event stream ends after this long; EventSource reconnects by itself
 KEEPALIVE_SECONDS = 5.0
-SLICE_SECONDS = 1.0  # how often a waiting request looks whether the daemon is shutting down
 RETRY_MS = 1000
 
 
-def _opt(data: dict[str, Any], key: str) -> Any:
-    return data.get(key)
-
-
-def status(node: Node, info: dict[str, Any]) -> dict[str, Any]:
-    stats = node.rep.stats()
-    peers = node.peers_report()
+async def status(node: Node, info: dict[str, Any]) -> dict[str, Any]:
+    stats = await asyncio.to_thread(node.rep.stats)
+    peers = await node.peers_report()
     return {
         **info,
         "uptime": round(time.time() - node.started, 1),
@@ -56,6 +55,8 @@ def status(node: Node, info: dict[str, Any]) -> dict[str, Any]:
         "lag": sum(p["lag"] or 0 for p in peers if p["reachable"]),
         "counters": dict(node.counters),
         "catchup": None if node.catchup is None else node.catchup.to_dict(),
+        "mdns": None if node.mdns is None else {"active": node.mdns.active, "announced": node.mdns.announced,
+                                                 "problem": node.mdns.problem},
         "settings": settings(node),
         "now": time.time(),
     }
@@ -76,10 +77,7 @@ def int_param(r: Request, name: str) -> int | None:
     raw = r.query_params.get(name)
     if raw is None or raw == "":
         return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise InvalidArgument(f"{name} must be an integer, got {raw!r}") from None
+    return parse_int(raw, name)
 
 
 def limit_param(r: Request, default: int = DEFAULT_LIMIT) -> int:
@@ -106,7 +104,7 @@ def flag_param(r: Request, name: str) -> bool:
 
 def str_param(r: Request, name: str) -> str | None:
     raw = r.query_params.get(name)
-    return None if raw is None or raw.strip() == "" else raw
+    return None if raw is None or raw.strip() == "" else parse_text(raw, name)
 
 
 def check_wait(value: object) -> float:
@@ -121,42 +119,30 @@ def sse(event: str, data: Any, event_id: int | None = None) -> str:
     return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
 
 
-def shutting_down(info: dict[str, Any]) -> Callable[[], bool]:
-    """True once this daemon's daemon.json is gone (the first step of a clean stop)."""
-    home = info.get("home")
-    if not home:
-        return lambda: False
-    path = homes.daemon_json_path(Path(str(home)))
-    return lambda: not path.exists()
-
-
-async def wait_for(node: Node, seen: int, within: float, closing: Callable[[], bool]) -> bool:
-    """Wait up to ``within`` s for a change after version ``seen``; False if the daemon is closing."""
-    deadline = time.monotonic() + within
-    while not closing():
-        left = deadline - time.monotonic()
-        if left <= 0 or await node.changes.wait(seen, min(left, SLICE_SECONDS)) != seen:
-            return True
-    return False
+async def wait_for(waiter: FeedWaiter, seen: int, within: float) -> bool:
+    """Wait up to ``within`` s for the mark to pass ``seen``; False if the daemon is closing."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(within):
+            await waiter.wait_beyond(seen)
+    return not waiter.closed
 
 
 def build_routes(node: Node, info: dict[str, Any]) -> list[BaseRoute]:
-    closing = shutting_down(info)
-    return [*_node_routes(node, info), *_messaging_routes(node, closing), *_view_routes(node, closing),
-            *page_routes()]
+    return [*_node_routes(node, info), *_messaging_routes(node), *_view_routes(node), *page_routes()]
 
 
 def _node_routes(node: Node, info: dict[str, Any]) -> list[BaseRoute]:
     rep = node.rep
 
     async def get_status(_r: Request) -> Any:
-        return await asyncio.to_thread(status, node, info)
+        return await status(node, info)
 
     async def get_peers(_r: Request) -> Any:
-        return await asyncio.to_thread(node.peers_report)
+        return await node.peers_report()
 
     async def digest(_r: Request) -> Any:
-        return {"digest": await asyncio.to_thread(rep.state_digest), "vector_size": len(rep.vector())}
+        digest, size = await asyncio.to_thread(lambda: (rep.state_digest(), len(rep.vector())))
+        return {"digest": digest, "vector_size": size}
 
     return [
         route("/api/status", get_status, ["GET"]),
@@ -165,36 +151,36 @@ def _node_routes(node: Node, info: dict[str, Any]) -> list[BaseRoute]:
     ]
 
 
-def _messaging_routes(node: Node, closing: Callable[[], bool]) -> list[BaseRoute]:
+def _messaging_routes(node: Node) -> list[BaseRoute]:
     rep = node.rep
 
     async def send(r: Request) -> Any:
         d = await read_json(r)
         sent = await asyncio.to_thread(
-            rep.send_message, d.get("from"), d.get("channel"), d.get("content"),  # type: ignore[arg-type]
-            _opt(d, "instanceId"), _opt(d, "fromInstanceId"),
+            rep.send_message, req_str(d, "from"), req_str(d, "channel"), req_str(d, "content"),
+            opt_str(d, "instanceId"), opt_str(d, "fromInstanceId"),
         )
         return sent.to_dict()
 
     async def check(r: Request) -> Any:
         d = await read_json(r)
         deadline = time.monotonic() + check_wait(d.get("wait", 0))
-        include_read = d.get("all", False)
-        if not isinstance(include_read, bool):
-            raise InvalidArgument("all must be true or false")
+        include_read = opt_bool(d, "all")
+        recipient, instance = req_str(d, "recipient"), opt_str(d, "recipientInstanceId")
+        since, limit = opt_int(d, "since"), opt_int(d, "limit")
         while True:
-            seen = node.changes.version
+            seen = node.waiter.mark
             inbox = await asyncio.to_thread(
-                views.inbox, rep, d.get("recipient"), _opt(d, "recipientInstanceId"),  # type: ignore[arg-type]
-                include_read=include_read, since=_opt(d, "since"), limit=d.get("limit", 50),
+                views.inbox, rep, recipient, instance, include_read=include_read, since=since,
+                limit=DEFAULT_LIMIT if limit is None else limit,
             )
             left = deadline - time.monotonic()
-            if inbox["messages"] or left <= 0 or not await wait_for(node, seen, left, closing):
+            if inbox["messages"] or left <= 0 or not await wait_for(node.waiter, seen, left):
                 return inbox
 
     async def read(r: Request) -> Any:
         d = await read_json(r)
-        return {"marked": await asyncio.to_thread(rep.mark_as_read, d.get("receiptIds"))}  # type: ignore[arg-type]
+        return {"marked": await asyncio.to_thread(rep.mark_as_read, str_list(d, "receiptIds"))}
 
     async def msg_status(r: Request) -> Any:
         rows = await asyncio.to_thread(rep.message_status, r.path_params["message_id"])
@@ -203,7 +189,8 @@ def _messaging_routes(node: Node, closing: Callable[[], bool]) -> list[BaseRoute
     async def update_profile(r: Request) -> Any:
         d = await read_json(r)
         p = await asyncio.to_thread(
-            rep.update_profile, d.get("orchestratorId"), d.get("name"), d.get("static"), d.get("dynamic"),  # type: ignore[arg-type]
+            rep.update_profile, req_str(d, "orchestratorId"), opt_str(d, "name"), opt_str(d, "static"),
+            opt_str(d, "dynamic"),
         )
         return p.to_dict()
 
@@ -225,23 +212,23 @@ def _messaging_routes(node: Node, closing: Callable[[], bool]) -> list[BaseRoute
     ]
 
 
-def _view_routes(node: Node, closing: Callable[[], bool]) -> list[BaseRoute]:
+def _view_routes(node: Node) -> list[BaseRoute]:
     rep = node.rep
 
     async def messages(r: Request) -> Any:
         after, limit = int_param(r, "after"), limit_param(r)
         deadline = time.monotonic() + float_param(r, "wait", MESSAGES_WAIT_CAP)
         while True:
-            seen = node.changes.version
+            seen = node.waiter.mark
             out = await asyncio.to_thread(views.message_log, rep, after=after, limit=limit,
                                           with_recipients=flag_param(r, "receipts"))
             left = deadline - time.monotonic()
-            if out["messages"] or after is None or left <= 0 or not await wait_for(node, seen, left, closing):
+            if out["messages"] or after is None or left <= 0 or not await wait_for(node.waiter, seen, left):
                 return out
 
     async def search(r: Request) -> Any:
         return await asyncio.to_thread(
-            views.search, rep, r.query_params.get("q", ""), from_=str_param(r, "from"),
+            views.search, rep, parse_text(r.query_params.get("q", ""), "q"), from_=str_param(r, "from"),
             channel=str_param(r, "channel"), since=int_param(r, "since"), limit=limit_param(r),
             with_recipients=flag_param(r, "receipts"),
         )
@@ -250,30 +237,49 @@ def _view_routes(node: Node, closing: Callable[[], bool]) -> list[BaseRoute]:
         return await asyncio.to_thread(views.threads, rep)
 
     async def events(_r: Request) -> Response:
-        return StreamingResponse(event_stream(node, closing), media_type="text/event-stream",
+        return StreamingResponse(event_stream(node), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    async def feed(_r: Request) -> Response:
+        return StreamingResponse(feed_stream(node.waiter), media_type="application/x-ndjson",
+                                 headers={"Cache-Control": "no-store"})
 
     return [
         route("/api/messages", messages, ["GET"]),
         route("/api/search", search, ["GET"]),
         route("/api/threads", threads, ["GET"]),
         Route("/api/events", events, methods=["GET"]),
+        Route("/api/feed", feed, methods=["GET"]),
     ]
 
 
-async def event_stream(node: Node, closing: Callable[[], bool]) -> AsyncIterator[str]:
+async def event_stream(node: Node) -> AsyncIterator[str]:
     """``hello``, then a ``change`` event whenever the replica changes; ends after
-    STREAM_SECONDS (the browser reconnects) or when the daemon shuts down."""
-    seen = node.changes.version
+    STREAM_SECONDS (the browser reconnects) or at once when the daemon shuts down."""
+    waiter = node.waiter
+    seen = waiter.mark
     yield f"retry: {RETRY_MS}\n\n" + sse("hello", {"version": seen, "node_id": node.rep.node_id})
     end = time.monotonic() + STREAM_SECONDS
-    quiet_since = time.monotonic()
-    while time.monotonic() < end and not closing():
-        now = await node.changes.wait(seen, SLICE_SECONDS)
-        if now != seen:
-            seen = now
-            quiet_since = time.monotonic()
-            yield sse("change", {"version": now})
-        elif time.monotonic() - quiet_since >= KEEPALIVE_SECONDS:
-            quiet_since = time.monotonic()
+    while (left := end - time.monotonic()) > 0:
+        if not await wait_for(waiter, seen, min(left, KEEPALIVE_SECONDS)):
+            return
+        if waiter.mark > seen:
+            seen = waiter.mark
+            yield sse("change", {"version": seen})
+        else:
             yield ": keepalive\n\n"
+
+
+async def feed_stream(waiter: FeedWaiter) -> AsyncIterator[str]:
+    """The change stream other local processes follow (``peerd mcp``): one line
+    ``{"lseq": N}`` at once, then one each time the mark moves (bursts coalesce),
+    until the daemon shuts down. Quiet while nothing changes: the reader learns
+    that the daemon is gone from the connection closing."""
+    seen = waiter.mark
+    yield json.dumps({"lseq": seen}) + "\n"
+    while True:
+        await waiter.wait_beyond(seen)
+        if waiter.closed:
+            return
+        seen = waiter.mark
+        yield json.dumps({"lseq": seen}) + "\n"

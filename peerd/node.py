@@ -1,18 +1,24 @@
 """The peer daemon: a replica turned into a node of a fleet.
 
-The I/O shell around ``protocol`` (sans-io) and ``peers`` (pure table):
+The I/O shell around ``protocol`` (sans-io: the wire, rounds, the forwarding
+rule) and ``peers`` (pure table); it seals, sends and schedules, through a
+``Transport`` (aiohttp in the daemon, in memory in tests):
 
-* a peer server (aiohttp, every interface) answering sealed requests at ``/v1``;
+* a peer server (every interface) answering sealed requests;
 * gossip rounds with random live peers, backing off while nothing changes;
 * push on write: our new ops go to a few live peers at once; a peer that
   receives a fresh write new to it forwards it, so a write floods the fleet
   (ops pushed as part of a round are not forwarded);
-* a watcher that notices writes made by other processes on the same replica.
+* our new ops reach the pusher through the process's change feed
+  (``replica.feed``), which also tells it of ops written by other processes
+  on the same replica; no loop polls the database.
 
 Invariants: every request and response body is sealed with the fleet key; a
 body that does not open is refused (403) and logged; ops are verified by the
-replica before anything is stored; SQLite work runs off the event loop;
-background tasks live in one set and are cancelled on stop.
+replica before anything is stored; SQLite work runs off the event loop, and the
+peer table is only touched on it; background tasks live in one set and are
+cancelled on stop; a failure is recorded against its peer, never dropped; every
+background task sleeps on an event (a change, a wake-up, a timeout), never on a polling timer.
 """
 
 from __future__ import annotations
@@ -22,126 +28,60 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Coroutine, Generator
-from dataclasses import dataclass, field
+from collections.abc import Coroutine
 from typing import Any
 
-import aiohttp
-import msgpack
-from aiohttp import web
-
 from discovery import DiscoverySource, MdnsSource, PeerCandidate, SeedError, SeedSource, parse_seed
+from mcp_server.waiter import FeedWaiter
 from peerd import protocol
 from peerd.config import DEFAULT_PORT, Config
-from peerd.errors import DaemonError, PeerError, SealError
+from peerd.errors import PeerError, SealError
+from peerd.indexer import keep_indexed
 from peerd.peers import FAIL_THRESHOLD, Peer, PeerTable
-from peerd.protocol import Msg, ProtocolError, RoundResult
+from peerd.protocol import Msg, Outcome, ProtocolError, RoundResult
 from peerd.seal import open_sealed, seal
+from peerd.transport import Answer, HttpTransport, Transport
 from replica import Replica, vector
 from replica.errors import RemoteError
-from replica.ops import peek
+from replica.feed import ChangeFeed
 
 log = logging.getLogger("peerd.node")
 
 PUSH_BATCH = 500
 OUTBOX_LIMIT = 5000
-WATCH_INTERVAL = 0.05
-INDEX_EVERY = 2.0
 EXCHANGE_EVERY = 5
 MIN_ROUND_GAP = 0.1
 REQUEST_TIMEOUT = 15.0
 CONNECT_TIMEOUT = 3.0
 READ_TIMEOUT = 10.0
-CATCHUP_REPORT = 1000  # a round that must pull at least this many ops reports progress
 PROGRESS_LOG_EVERY = 2.0
+WRONG_FLEET = "refused our request: not in the same fleet (different fleet key)"
 
 
-@dataclass
-class Progress:
-    """A catch-up in flight: ops pulled of the ops the peer had that we lacked."""
-
-    peer: str
-    total: int
-    theirs: dict[bytes, int]  # the peer's vector when the catch-up began
-    done: int = 0
-    started: float = field(default_factory=time.monotonic)
-    logged: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        elapsed = max(time.monotonic() - self.started, 1e-6)
-        rate = self.done / elapsed
-        left = max(self.total - self.done, 0)
-        return {"peer": self.peer, "done": self.done, "total": self.total, "rate": round(rate, 1),
-                "eta": round(left / rate, 1) if rate > 0 else None,
-                "percent": round(100 * self.done / self.total, 1) if self.total else 100.0}
-
-
-def _pack(msg: Msg) -> bytes:
-    out: bytes = msgpack.packb(msg, use_bin_type=True)
-    return out
-
-
-def _unpack(data: bytes) -> Msg:
-    try:
-        msg = msgpack.unpackb(data, raw=False, strict_map_key=False)
-    except Exception as exc:  # msgpack raises many unrelated types on garbage
-        raise ProtocolError(f"undecodable message ({type(exc).__name__})") from None
-    if not isinstance(msg, dict):
-        raise ProtocolError("message is not a map")
-    return msg
-
-
-def _step(gen: Generator[Msg, Msg, RoundResult], reply: Msg | None) -> tuple[Msg | None, RoundResult | None]:
-    """Advance a client round by one reply (runs in a worker thread)."""
-    try:
-        return (next(gen) if reply is None else gen.send(reply)), None
-    except StopIteration as stop:
-        return None, stop.value
-
-
-class Changes:
-    """Wakes waiters when the replica changes (local write, another process, a peer)."""
-
-    def __init__(self) -> None:
-        self.version = 0
-        self._cond = asyncio.Condition()
-
-    async def bump(self) -> None:
-        async with self._cond:
-            self.version += 1
-            self._cond.notify_all()
-
-    async def wait(self, seen: int, within: float) -> int:
-        """Wait until ``version`` moves past ``seen`` or ``within`` seconds pass."""
-        async with self._cond:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._cond.wait_for(lambda: self.version != seen), within)
-            return self.version
-
-
-def _advance_known(peer: Peer, raws: list[bytes]) -> None:
-    """After a push the peer acknowledged, count those ops as held there (keeps its lag current)."""
-    if peer.their_vector is None:
-        return
-    for raw in raws:
-        ident = peek(raw)
-        if ident is not None:
-            origin = protocol.short(ident[0])
-            if peer.their_vector.get(origin, 0) == ident[1] - 1:
-                peer.their_vector[origin] = ident[1]
+def http_transport(cfg: Config) -> HttpTransport:
+    """The daemon's transport: aiohttp, with the peer protocol's time and size limits."""
+    return HttpTransport(max_body=cfg.max_body_bytes, total=REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT,
+                         read=READ_TIMEOUT)
 
 
 class Node:
-    def __init__(self, cfg: Config, rep: Replica, *, bind: str = "0.0.0.0") -> None:
+    def __init__(self, cfg: Config, rep: Replica, *, bind: str = "0.0.0.0", transport: Transport | None = None,
+                 feed: ChangeFeed | None = None) -> None:
+        """``feed`` is the process's change feed over ``rep`` (the daemon's watches other
+        processes' writes); without one the node follows only writes through ``rep``."""
         self.cfg = cfg
         self.rep = rep
         self.bind = bind
         self.me = protocol.short(rep.node_key)
         self.table = PeerTable(self.me)
-        self.changes = Changes()
+        self._own_feed = feed is None
+        self.feed = feed if feed is not None else ChangeFeed(rep)
+        self.waiter = FeedWaiter(self.feed)  # every wait of this process's event loop
+        self._unsubscribe = self.feed.subscribe(self._on_replica_change)
         self.peer_port = 0
         self.started = time.time()
-        self.counters = {"rounds": 0, "pushed_ops": 0, "pulled_ops": 0, "refused": 0, "forwarded_ops": 0}
+        self.counters = {"rounds": 0, "pushed_ops": 0, "pulled_ops": 0, "refused": 0, "forwarded_ops": 0,
+                         "exchange_failures": 0}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._in_round: set[str] = set()
         self._activity = False
@@ -150,10 +90,10 @@ class Node:
         self._wake = asyncio.Event()
         self._push_evt = asyncio.Event()
         self._pushed = 0
-        self._runner: web.AppRunner | None = None
-        self._session: aiohttp.ClientSession | None = None
+        self.transport: Transport = transport or http_transport(cfg)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.catchup: Progress | None = None
+        self._reported: set[tuple[str, str]] = set()  # (peer, kind) of failures logged once
+        self.catchup: protocol.Progress | None = None
         self.seeds: SeedSource | None = None
         self.mdns: MdnsSource | None = None
 
@@ -161,32 +101,12 @@ class Node:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT, sock_read=READ_TIMEOUT),
-            connector=aiohttp.TCPConnector(limit=128, force_close=False),
-            skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
-        )
-        app = web.Application(client_max_size=self.cfg.max_body_bytes)
-        app.router.add_post("/v1", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.bind, self.cfg.port, reuse_address=True)
-        try:
-            await site.start()
-        except OSError as exc:
-            await self._runner.cleanup()
-            await self._session.close()
-            raise DaemonError(
-                f"cannot listen for peers on {self.bind}:{self.cfg.port}: {exc.strerror or exc}"
-                " (is another peerd running? pick another port with --port, or 0 for any free one)"
-            ) from None
-        self.peer_port = int(self._runner.addresses[0][1])
+        self.peer_port = await self.transport.listen(self, self.bind, self.cfg.port)
         self._pushed = await asyncio.to_thread(self.rep.max_lseq)
-        self.rep.add_listener(self._on_replica_change)
         await self._start_discovery()
         self.spawn(self._gossip())
         self.spawn(self._pusher())
-        self.spawn(self._watch())
+        self.spawn(keep_indexed(self.rep, self.waiter))
         log.info("peer server on %s:%d, node %s", self.bind, self.peer_port, self.rep.node_id[:16])
 
     async def _start_discovery(self) -> None:
@@ -219,18 +139,18 @@ class Node:
     async def stop(self) -> None:
         """Stop talking first, then say goodbye on mDNS: a request after the goodbye would
         make peers think we are back."""
-        self.rep.remove_listener(self._on_replica_change)
+        self._unsubscribe()
+        self.waiter.close()
+        if self._own_feed:
+            self.feed.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self.transport.close()
         for source in (self.mdns, self.seeds):
             if source is not None:
                 with contextlib.suppress(Exception):  # goodbye is best effort on the way out
                     await source.stop()
-        if self._session is not None:
-            await self._session.close()
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro)
@@ -248,93 +168,68 @@ class Node:
         if self.table.add(host, port, source, node) is not None:
             self._wake.set()
 
-    def _on_replica_change(self) -> None:  # called from whichever thread wrote
+    def _on_replica_change(self) -> None:  # called by the feed from whichever thread learned of it
         if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._changed)
-
-    def _changed(self) -> None:
-        self._push_evt.set()
-        self.spawn(self.changes.bump())
+            with contextlib.suppress(RuntimeError):  # the loop closed in between
+                self._loop.call_soon_threadsafe(self._push_evt.set)
 
     # -- serving peers ---------------------------------------------------------------------
 
-    async def _handle(self, request: web.Request) -> web.Response:
+    async def answer(self, body: bytes, remote: str) -> Answer:
+        """One sealed request from a peer at ``remote`` (the transport's ``Server``)."""
         try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            self.counters["refused"] += 1
-            log.warning("refused request from %s: body over the %d-byte limit", request.remote,
-                        self.cfg.max_body_bytes)
-            raise
-        try:
-            msg = _unpack(open_sealed(self.cfg.fleet_key, body))
+            req = protocol.decode_request(open_sealed(self.cfg.fleet_key, body))
         except SealError as exc:
-            self.counters["refused"] += 1
-            log.warning("refused request from %s: %s", request.remote, exc)
-            return web.Response(status=403, text=str(exc))
+            self.refuse(remote, str(exc))
+            return Answer(403, str(exc).encode())
         except ProtocolError as exc:
-            return self._error(400, request, exc)
+            return self._error(remote, exc)
+        self._saw_inbound(remote, req.envelope)
         try:
-            reply = await self._dispatch(msg, request.remote or "")
+            out = await asyncio.to_thread(protocol.dispatch, self.rep, req, self._here(req))
         except RemoteError as exc:
-            return self._error(400, request, exc)
-        reply["n"] = self.me
-        if msg.get("t") == "peers":
-            reply["c"] = time.time_ns() // 1_000_000  # our wall clock, for clock-skew checks (peerd doctor)
-        return self._sealed(reply)
+            return self._error(remote, exc)
+        self._follow(out, req.envelope.sender)
+        return self._sealed(out.reply)
 
-    def _sealed(self, reply: Msg, status: int = 200) -> web.Response:
-        return web.Response(
-            status=status, body=seal(self.cfg.fleet_key, _pack(reply)), content_type="application/octet-stream"
-        )
-
-    def _error(self, status: int, request: web.Request, exc: Exception) -> web.Response:
+    def refuse(self, remote: str, why: str) -> None:
         self.counters["refused"] += 1
-        log.warning("refused request from %s: %s", request.remote, exc)
-        return self._sealed({"t": "error", "e": str(exc)}, status)
+        log.warning("refused request from %s: %s", remote, why)
 
-    async def _dispatch(self, msg: Msg, remote: str) -> Msg:
-        kind = msg.get("t")
-        sender = msg.get("n") if isinstance(msg.get("n"), bytes) else None
-        if isinstance(msg.get("p"), int) and remote:
-            self._saw_inbound(remote, msg["p"], sender)
-        if kind == "push":
-            return await self._on_push(msg, sender)
-        if kind == "peers":
-            self._merge_peers(msg)
-            self._name_peer(sender, msg.get("nm"))
-            return {"t": "peers", "nm": self.cfg.name, "k": self.table.exchange_records(time.monotonic())}
-        budget = self.cfg.page_bytes
-        return await asyncio.to_thread(protocol.serve, self.rep, msg, budget)
+    def _here(self, req: protocol.Request) -> protocol.Here:
+        """What the protocol needs to know of this node to answer ``req`` (read on the loop)."""
+        records = self.table.exchange_records(time.monotonic()) if req.wants_peers else ()
+        return protocol.Here(self.me, self.cfg.name, self.cfg.page_bytes, time.time_ns() // 1_000_000, records)
 
-    def _saw_inbound(self, host: str, port: int, node: bytes | None) -> None:
-        if node == self.me:
+    def _sealed(self, reply: Msg, status: int = 200) -> Answer:
+        return Answer(status, seal(self.cfg.fleet_key, protocol.encode(reply)))
+
+    def _error(self, remote: str, exc: Exception) -> Answer:
+        self.refuse(remote, str(exc))
+        return self._sealed(protocol.error_reply(exc), 400)
+
+    def _saw_inbound(self, host: str, sender: protocol.Envelope) -> None:
+        if sender.port is None or not host or sender.sender == self.me:
             return
-        self.add_candidate(host, port, source="inbound", node=node)
-        peer = self.table.peers.get(Peer(host, port, "inbound").addr)
+        self.add_candidate(host, sender.port, source="inbound", node=sender.sender)
+        peer = self.table.peers.get(Peer(host, sender.port, "inbound").addr)
         if peer is not None:
             peer.last_seen = time.monotonic()
 
-    async def _on_push(self, msg: Msg, sender: bytes | None) -> Msg:
-        reply, result = await asyncio.to_thread(protocol.handle_push, self.rep, msg)
-        if result.new:
+    def _follow(self, out: Outcome, sender: bytes | None) -> None:
+        """Do what answering a request asked of this node."""
+        self._learn_peers(out.learnt)
+        if out.new:
             self._activity = True
             self._wake.set()  # others may lack it too: a round soon repairs whatever the flood missed
-            if not msg.get("r"):  # a fresh write floods on; ops a round pushed do not
-                fresh = [msg["o"][i] for i in result.new_index]
-                self.counters["forwarded_ops"] += len(fresh)
-                self._push(fresh, exclude=sender)
-        return reply
+        if out.forward:
+            self.counters["forwarded_ops"] += len(out.forward)
+            self._push(out.forward, exclude=sender)
 
-    def _merge_peers(self, msg: Msg) -> None:
-        for rec in protocol.peers_from(msg):
-            node = rec.get("n") if isinstance(rec.get("n"), bytes) else None
-            self.add_candidate(rec["a"], rec["p"], source="exchange", node=node)
-            self._name_peer(node, rec.get("nm"))
-
-    def _name_peer(self, node: object, name: object) -> None:
-        """Liveness gossip: remember the name a node goes by (never stored in the op log)."""
-        if isinstance(node, bytes) and isinstance(name, str) and 0 < len(name) <= 64:
+    def _learn_peers(self, learnt: protocol.Learnt) -> None:
+        for rec in learnt.peers:
+            self.add_candidate(rec.host, rec.port, source="exchange", node=rec.node)
+        for node, name in learnt.names:  # liveness gossip: the name a node goes by (never in the op log)
             for p in self.table.peers.values():
                 if p.node == node:
                     p.name = name
@@ -343,51 +238,32 @@ class Node:
 
     async def call(self, peer: Peer, msg: Msg) -> Msg:
         """Send one sealed request; the reply, or PeerError saying what went wrong."""
-        assert self._session is not None
-        msg.setdefault("n", self.me)
-        msg.setdefault("p", self.peer_port)
+        body = seal(self.cfg.fleet_key, protocol.encode(protocol.stamp(msg, me=self.me, port=self.peer_port)))
+        answer = await self.transport.post(peer.addr, body)
+        if answer.status == 403:
+            raise PeerError(WRONG_FLEET, peer=peer.addr)
         try:
-            async with self._session.post(f"http://{peer.addr}/v1", data=seal(self.cfg.fleet_key, _pack(msg))) as resp:
-                data = await self._read_capped(resp, peer)
-                status = resp.status
-        except TimeoutError:
-            raise PeerError("no answer in time (timed out)", peer=peer.addr) from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise PeerError(f"cannot reach: {str(exc) or type(exc).__name__}", peer=peer.addr) from None
-        if status == 403:
-            raise PeerError("refused our request: not in the same fleet (different fleet key)", peer=peer.addr)
-        try:
-            reply = _unpack(open_sealed(self.cfg.fleet_key, data))
+            reply = protocol.decode(open_sealed(self.cfg.fleet_key, answer.body))
         except (SealError, ProtocolError) as exc:
-            raise PeerError(f"sent an unreadable reply (HTTP {status}): {exc}", peer=peer.addr) from None
-        if reply.get("t") == "error" or status != 200:
-            raise PeerError(f"refused our request: {reply.get('e', status)}", peer=peer.addr)
+            raise PeerError(f"sent an unreadable reply (HTTP {answer.status}): {exc}", peer=peer.addr) from None
+        refused = protocol.refusal(reply, answer.status)
+        if refused is not None:
+            raise PeerError(f"refused our request: {refused}", peer=peer.addr)
         return reply
-
-    async def _read_capped(self, resp: aiohttp.ClientResponse, peer: Peer) -> bytes:
-        """A reply body, refusing one larger than our body limit."""
-        limit = self.cfg.max_body_bytes
-        if resp.content_length is not None and resp.content_length > limit:
-            raise PeerError(f"reply of {resp.content_length} bytes is over the {limit}-byte limit", peer=peer.addr)
-        data = bytearray()
-        async for chunk in resp.content.iter_chunked(65536):
-            data += chunk
-            if len(data) > limit:
-                raise PeerError(f"reply is over the {limit}-byte limit", peer=peer.addr)
-        return bytes(data)
 
     async def sync_with(self, peer: Peer) -> RoundResult:
         """One push-pull round with ``peer``; updates the peer table either way."""
-        gen = protocol.client_round(self.rep, me=self.rep.node_key, port=self.peer_port, budget=self.cfg.page_bytes)
+        gen = protocol.client_round(self.rep, budget=self.cfg.page_bytes)
         try:
-            req, result = await asyncio.to_thread(_step, gen, None)
+            req, result = await asyncio.to_thread(protocol.step, gen, None)
             while req is not None:
                 reply = await self.call(peer, req)
-                if reply.get("n") == self.me:
+                answerer = protocol.envelope(reply).sender
+                if answerer == self.me:
                     self.table.drop_self(peer)
                     raise PeerError("is this node itself", peer=peer.addr)
-                self._learn(peer, reply)
-                req, result = await asyncio.to_thread(_step, gen, reply)
+                self.table.succeeded(peer, time.monotonic(), answerer)
+                req, result = await asyncio.to_thread(protocol.step, gen, reply)
                 await self._track_progress(peer, reply)
         except (PeerError, RemoteError) as exc:
             self.table.failed(peer, time.monotonic(), str(exc))
@@ -405,22 +281,21 @@ class Node:
         self._after_round(peer, result)
         return result
 
+    async def _our_vector(self) -> dict[bytes, int]:
+        """Our vector by short ids, read off the event loop."""
+        return protocol.shorten(await asyncio.to_thread(self.rep.vector))
+
     async def _track_progress(self, peer: Peer, reply: Msg) -> None:
         """Follow a long catch-up: how much of what the peer had we now hold."""
-        theirs = reply.get("v")
-        if isinstance(theirs, dict) and self.catchup is None:
-            ours = protocol.shorten(await asyncio.to_thread(self.rep.vector))
-            total = sum(max(0, n - ours.get(k, 0)) for k, n in theirs.items() if isinstance(n, int))
-            if total >= CATCHUP_REPORT:
-                self.catchup = Progress(peer.addr, total, {k: n for k, n in theirs.items() if isinstance(n, int)})
+        theirs = protocol.reply_vector(reply)
+        if theirs is not None and self.catchup is None:
+            self.catchup = protocol.start_catchup(peer.addr, theirs, await self._our_vector())
         elif self.catchup is not None and self.catchup.peer == peer.addr:
-            ours = protocol.shorten(await asyncio.to_thread(self.rep.vector))
-            left = sum(max(0, n - ours.get(k, 0)) for k, n in self.catchup.theirs.items())
-            self.catchup.done = self.catchup.total - left
+            self.catchup.advance(await self._our_vector())
             if time.monotonic() - self.catchup.logged >= PROGRESS_LOG_EVERY:
                 self._log_progress(self.catchup)
 
-    def _log_progress(self, prog: Progress, *, final: bool = False) -> None:
+    def _log_progress(self, prog: protocol.Progress, *, final: bool = False) -> None:
         prog.logged = time.monotonic()
         d = prog.to_dict()
         if final:
@@ -430,25 +305,23 @@ class Node:
             log.info("catching up from %s: %s%% (%d/%d ops, %s ops/s, ETA %s s)",
                      d["peer"], d["percent"], d["done"], d["total"], d["rate"], d["eta"])
 
-    def _learn(self, peer: Peer, reply: Msg) -> None:
-        node = reply.get("n")
-        self.table.succeeded(peer, time.monotonic(), node if isinstance(node, bytes) else None)
-
     def _after_round(self, peer: Peer, result: RoundResult) -> None:
-        now = time.monotonic()
-        ours = protocol.shorten(self.rep.vector())
-        peer.last_sync = now
+        ours = result.ours or {}  # read by the round's last step, on its worker thread
+        peer.last_sync = time.monotonic()
         peer.their_vector = ours if result.same else {**(result.their_vector or {}), **ours}
         self.counters["rounds"] += 1
         self.counters["pulled_ops"] += result.pulled
         self.counters["pushed_ops"] += result.pushed
 
     async def exchange_peers(self, peer: Peer) -> None:
-        reply = await self.call(
-            peer, {"t": "peers", "nm": self.cfg.name, "k": self.table.exchange_records(time.monotonic())}
-        )
-        self._merge_peers(reply)
-        self._name_peer(reply.get("n"), reply.get("nm"))
+        """Tell ``peer`` whom we reach and learn whom it reaches; PeerError if that fails."""
+        records = self.table.exchange_records(time.monotonic())
+        reply = await self.call(peer, protocol.peers_message(self.cfg.name, records))
+        try:
+            learnt = protocol.learn(reply)
+        except ProtocolError as exc:
+            raise PeerError(f"sent a malformed peer list: {exc}", peer=peer.addr) from None
+        self._learn_peers(learnt)
 
     # -- background work -------------------------------------------------------------------
 
@@ -475,15 +348,32 @@ class Node:
         """A round plus, on first contact and now and then, a peer exchange."""
         first_contact = peer.last_sync is None
         try:
-            result = await self.sync_with(peer)
-            if first_contact or exchange:
-                await self.exchange_peers(peer)
+            result = await self.sync_with(peer)  # a failure is logged and recorded there
             if first_contact or not result.same:
                 self._activity = True
+            if first_contact or exchange:
+                await self._exchange(peer)
         except PeerError:
             pass
         finally:
             self._in_round.discard(peer.addr)
+
+    async def _exchange(self, peer: Peer) -> None:
+        """A peer exchange after a round; a failure is counted, kept as the peer's last error
+        and logged once per peer until an exchange with it works again."""
+        try:
+            await self.exchange_peers(peer)
+        except PeerError as exc:
+            self.counters["exchange_failures"] += 1
+            peer.last_error = f"peer exchange failed: {exc}"
+            self._report_once(peer, "exchange", f"peer exchange with %s failed: {exc}")
+        else:
+            self._reported.discard((peer.addr, "exchange"))
+
+    def _report_once(self, peer: Peer, kind: str, text: str) -> None:
+        if (peer.addr, kind) not in self._reported:
+            self._reported.add((peer.addr, kind))
+            log.warning(text, peer.addr)
 
     async def _pusher(self) -> None:
         while True:
@@ -519,35 +409,19 @@ class Node:
                 try:
                     await self.call(peer, {"t": "push", "o": batch})
                     self.table.succeeded(peer, time.monotonic(), None)
-                    _advance_known(peer, batch)
+                    if peer.their_vector is not None:  # keeps its lag current until the next round
+                        protocol.advance_known(peer.their_vector, batch)
                 except PeerError as exc:
                     self.table.failed(peer, time.monotonic(), str(exc))
                     box.clear()
         finally:
             self._draining.discard(peer.addr)
 
-    async def _watch(self) -> None:
-        """Notice writes by other processes on the same replica file, and keep the
-        search index and senders table caught up in the background (in small steps,
-        so a search never has to index a large backlog itself)."""
-        last = await asyncio.to_thread(self.rep.max_lseq)
-        indexed_at = time.monotonic()
-        while True:
-            await asyncio.sleep(WATCH_INTERVAL)
-            now = await asyncio.to_thread(self.rep.max_lseq)
-            if now != last:
-                last = now
-                self._changed()
-            if time.monotonic() - indexed_at > INDEX_EVERY:
-                indexed_at = time.monotonic()
-                more = True
-                while more:  # one short transaction per step, so writers interleave
-                    more = await asyncio.to_thread(self.rep.catch_up_step)
-
     # -- reporting -------------------------------------------------------------------------
 
-    def peers_report(self) -> list[dict[str, Any]]:
-        ours = protocol.shorten(self.rep.vector())
+    async def peers_report(self) -> list[dict[str, Any]]:
+        """The peer table for people: our vector is read off the loop, the table on it."""
+        ours = await self._our_vector()
         now = time.monotonic()
         return [p.to_dict(ours, now) for p in sorted(self.table.peers.values(), key=lambda p: p.addr)]
 

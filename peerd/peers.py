@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from discovery.seeds import format_seed
+from peerd.protocol.exchange import PeerRecord
 from replica import vector as vec
 
 FAIL_THRESHOLD = 3
@@ -134,8 +135,7 @@ class PeerTable:
         random.shuffle(live)
         return live[:k]
 
-    def exchange_records(self, now: float) -> list[dict[str, Any]]:
-        return [
-            {"a": p.host, "p": p.port, "n": p.node, "nm": p.name, "s": round(now - p.last_seen, 1)}
-            for p in self.live() if p.last_seen is not None
-        ]
+    def exchange_records(self, now: float) -> list[PeerRecord]:
+        """The peers we would tell another node about: the reachable ones."""
+        return [PeerRecord(p.host, p.port, p.node, p.name, now - p.last_seen)
+                for p in self.live() if p.last_seen is not None]

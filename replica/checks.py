@@ -29,12 +29,21 @@ MAX_QUERY_WORDS = 32
 _CONTROL = re.compile(r"[\x00-\x1f]")
 
 
+def _utf8(value: str, what: str) -> bytes:
+    """``value`` as UTF-8; a lone surrogate (which SQLite and the wire cannot carry) is a bad argument."""
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{what} is not valid Unicode (it holds a lone surrogate)") from None
+
+
 def check_name(value: object, what: str, *, optional: bool = False) -> str | None:
     if value is None and optional:
         return None
     if not isinstance(value, str) or not value.strip():
         raise InvalidArgument(f"{what} must be a non-empty string")
     value = value.strip()
+    _utf8(value, what)
     if len(value) > MAX_NAME_CHARS:
         raise InvalidArgument(f"{what} is longer than {MAX_NAME_CHARS} characters")
     if _CONTROL.search(value):
@@ -57,17 +66,20 @@ def required_names(values: Iterable[object], what: str) -> list[str]:
 def check_content(value: object, what: str = "content") -> str:
     if not isinstance(value, str):
         raise InvalidArgument(f"{what} must be a string")
-    size = len(value.encode("utf-8", "surrogatepass"))
+    size = len(_utf8(value, what))
     if size > MAX_CONTENT_BYTES:
         raise InvalidArgument(f"{what} is {size} bytes; the limit is {MAX_CONTENT_BYTES} bytes")
     return value
 
 
 def check_count(value: object, what: str, *, low: int = 0, high: int = MAX_SAFE_INT) -> int:
+    """An integer within [low, high], and never beyond 2^53 - 1 (what JSON clients carry exactly;
+    SQLite's own integers end at 2^63 - 1)."""
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidArgument(f"{what} must be an integer")
-    if not low <= value <= min(high, MAX_SAFE_INT):
-        raise InvalidArgument(f"{what} must be between {low} and {min(high, MAX_SAFE_INT)}, got {value}")
+    top = min(high, MAX_SAFE_INT)
+    if not low <= value <= top:
+        raise InvalidArgument(f"{what} must be between {low} and {top}, got {value}")
     return value
 
 
@@ -85,6 +97,7 @@ def fts_query(query: object, *, prefix_last: bool = False) -> str:
     with ``prefix_last`` the last word also matches as a prefix (``deplo`` finds ``deploy``)."""
     if not isinstance(query, str) or not query.strip():
         raise InvalidArgument("query must be a non-empty string")
+    _utf8(query, "query")
     if "\x00" in query:  # FTS5 ends a string at NUL: the query would be malformed
         raise InvalidArgument("query must not contain NUL characters")
     words = [w for w in re.split(r"\s+", query.strip()) if w][:MAX_QUERY_WORDS]

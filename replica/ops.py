@@ -85,10 +85,13 @@ def message_id(origin: bytes, seq: int) -> str:
 def parse_message_id(mid: str) -> tuple[bytes, int] | None:
     """(origin prefix, seq) of a message id, or None if it is not one."""
     head, _, tail = mid.partition("-")
-    if len(head) != 2 * MESSAGE_ID_PREFIX or not tail.isdigit() or len(tail) > 19:
+    if len(head) != 2 * MESSAGE_ID_PREFIX or not tail.isascii() or not tail.isdigit() or len(tail) > 19:
+        return None
+    seq = int(tail)
+    if seq >= 2**63:  # no op has such a seq, and SQLite cannot even compare it
         return None
     try:
-        return bytes.fromhex(head), int(tail)
+        return bytes.fromhex(head), seq
     except ValueError:
         return None
 

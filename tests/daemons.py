@@ -1,4 +1,4 @@
-"""A harness for integration tests that run real ``peerd`` daemons as separate processes.
+"""The one harness that runs real ``peerd`` daemons as separate processes, for tests and benchmarks.
 
 Usage::
 
@@ -11,15 +11,21 @@ Usage::
     b.kill(); b.restart()                        # same home, same peer port
     fleet.wait_converged()
 
+Benchmarks (``bench/``) use the same ``Fleet`` and ``Daemon``.
+
 Invariants:
 - Every daemon of a ``Fleet`` shares one fleet key unless given another, and
   gets its peer port up front (a free port found now, or an explicit one), so a
   restarted daemon keeps its address and seeds stay valid.
-- A daemon counts as ready only once its home holds a ``daemon.json`` naming the
-  pid of the process we started (a stale file left by ``kill -9`` never counts).
+- Readiness is an event, not a timeout: ``peerd run`` prints its ``daemon.json``
+  as one line on stdout once both listeners accept connections, and
+  ``wait_ready`` blocks on that line or on the process exiting, whichever comes
+  first. There is no readiness timeout; pytest-timeout is the overall guard.
+- Conditions without an event (a peer table filling, gossip converging) are
+  polled by ``wait_until``, whose timeouts are scaled by ``tests.waiting.patience``.
 - Every process a fleet starts is stopped by ``Fleet.close`` (SIGTERM, then
   SIGKILL), which fixtures run whatever the test's outcome.
-- Each daemon's output goes to its own log file, kept across restarts; a failed
+- Each daemon's log (stderr) goes to its own file, kept across restarts; a failed
   test gets the tail of every open fleet's logs as a report section (test
   modules enable this with ``pytest_plugins = ["tests.daemons"]``; they import this
   module first, so pytest is told not to rewrite it: PYTEST_DONT_REWRITE).
@@ -47,6 +53,8 @@ from typing import Any, Protocol, TypeVar
 import pytest
 
 from peerd.config import encode_fleet_key, new_fleet_key
+from tests import waiting
+from tests.waiting import patience
 
 __all__ = [
     "PEERD",
@@ -58,6 +66,7 @@ __all__ = [
     "free_ports",
     "integrity_check",
     "message_ids",
+    "patience",
     "post_raw",
     "read_only",
     "wait_converged",
@@ -65,7 +74,6 @@ __all__ = [
 ]
 
 PEERD = Path(sys.executable).parent / "peerd"
-READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 API_TIMEOUT = 30.0
 LOG_TAIL_LINES = 80
@@ -92,24 +100,12 @@ class DaemonFailed(Exception):
 
 
 def wait_until(pred: Callable[[], T | None], timeout: float, what: str = "condition", interval: float = 0.04) -> T:
-    """Poll ``pred`` until it returns something truthy; return it, or fail after ``timeout`` s.
+    """Poll ``pred`` until it returns something truthy; return it, or fail after ``patience(timeout)`` s.
 
     Connection errors and API errors count as "not yet" (a daemon may be restarting);
     the last value or error is named in the failure.
     """
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            value = pred()
-            if value:
-                return value
-            last = value
-        except (OSError, ApiError) as exc:
-            last = exc
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last: {last!r}")
-        time.sleep(interval)
+    return waiting.wait_until(pred, timeout, what, interval, retry_on=(OSError, ApiError))
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
@@ -229,6 +225,15 @@ class NamespaceRelay:
             self.proc.wait()
 
 
+def _ready_line(line: bytes) -> dict[str, Any] | None:
+    """The daemon.json object ``peerd run`` prints once ready, or None for any other line."""
+    try:
+        info = json.loads(line)
+    except ValueError:
+        return None
+    return info if isinstance(info, dict) else None
+
+
 # -- one daemon --------------------------------------------------------------------------------
 
 
@@ -247,6 +252,7 @@ class Daemon:
         exec_prefix: Sequence[str] = (),
         transport: Transport = direct_transport,
         log_level: str = "info",
+        mdns: bool = False,
     ) -> None:
         self.name = name
         self.home = home
@@ -257,9 +263,11 @@ class Daemon:
         self.exec_prefix = list(exec_prefix)
         self.transport = transport
         self.log_level = log_level
+        self.mdns = mdns
         self.seeds: list[str] = []
         self.log_path = home.with_name(f"{name}.log")
         self.proc: subprocess.Popen[bytes] | None = None
+        self.spawned_at = 0.0  # time.monotonic() of the last spawn
         self.info: dict[str, Any] = {}
         self.initialised = False
 
@@ -311,63 +319,60 @@ class Daemon:
 
     def run_argv(self) -> list[str]:
         argv = [*self.exec_prefix, str(PEERD), "run", "--home", str(self.home), "--port", str(self.port),
-                "--local-port", "0", "--no-mdns", "--bind", self.bind, "--advertise", self.host,
-                "--log-level", self.log_level]
+                "--local-port", "0", "--bind", self.bind, "--advertise", self.host, "--log-level", self.log_level]
+        if not self.mdns:
+            argv.append("--no-mdns")
         for seed in self.seeds:
             argv += ["--seed", seed]
         return argv
 
     def spawn(self) -> None:
-        """Start ``peerd run`` (without waiting for it to be ready)."""
+        """Start ``peerd run`` (without waiting for it to be ready): its log to the log file, its
+        stdout (the ready line) to a pipe that ``wait_ready`` reads."""
         if self.running:
             raise DaemonFailed(f"{self.name} is already running")
         with self.log_path.open("ab") as log:
             log.write(f"---- harness: starting {self.name} at {time.strftime('%H:%M:%S')}\n".encode())
             log.flush()
-            self.proc = subprocess.Popen(self.run_argv(), stdout=log, stderr=subprocess.STDOUT,
+            self.spawned_at = time.monotonic()
+            self.proc = subprocess.Popen(self.run_argv(), stdout=subprocess.PIPE, stderr=log,
                                          stdin=subprocess.DEVNULL)
         self.info = {}
 
-    def _read_info(self) -> dict[str, Any] | None:
-        try:
-            info = json.loads((self.home / "daemon.json").read_text())
-        except (FileNotFoundError, ValueError):
-            return None
-        return info if isinstance(info, dict) else None
+    def wait_ready(self) -> dict[str, Any]:
+        """Block until our process prints its ready line (its daemon.json), or fail with its log
+        once it exits without one. No timeout of its own: pytest-timeout guards the test."""
+        proc = self.proc
+        assert proc is not None and proc.stdout is not None, "spawn first"
+        with proc.stdout:  # after the ready line the daemon writes nothing more there
+            for line in proc.stdout:
+                info = _ready_line(line)
+                if info is not None and info.get("pid") == proc.pid:
+                    self.info = info
+                    if self.port == 0:  # keep the port the daemon picked, so a restart keeps its address
+                        self.port = int(info["peer_port"])
+                    return info
+        code = proc.wait()
+        raise DaemonFailed(f"{self.name} exited with code {code} before it was ready; log:\n{self.log_tail()}")
 
-    def wait_ready(self, timeout: float = READY_TIMEOUT) -> dict[str, Any]:
-        """Wait until our process has written daemon.json; fail with its log otherwise."""
-        assert self.proc is not None, "spawn first"
-        deadline = time.monotonic() + timeout
-        while True:
-            info = self._read_info()
-            if info is not None and info.get("pid") == self.proc.pid:
-                self.info = info
-                return info
-            code = self.proc.poll()
-            if code is not None:
-                raise DaemonFailed(f"{self.name} exited with code {code} before it was ready; log:\n{self.log_tail()}")
-            if time.monotonic() >= deadline:
-                raise DaemonFailed(f"{self.name} not ready after {timeout:.0f} s; log:\n{self.log_tail()}")
-            time.sleep(0.03)
-
-    def start(self, timeout: float = READY_TIMEOUT) -> dict[str, Any]:
+    def start(self) -> dict[str, Any]:
         self.spawn()
-        return self.wait_ready(timeout)
+        return self.wait_ready()
 
     restart = start
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> int:
-        """SIGTERM and wait; returns the exit code (fails if the daemon does not stop in time)."""
+        """SIGTERM and wait; returns the exit code (fails if the daemon does not stop within
+        ``patience(timeout)``)."""
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=timeout)
+                self.proc.wait(timeout=patience(timeout))
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-                raise DaemonFailed(f"{self.name} did not stop within {timeout} s of SIGTERM; log:\n"
+                raise DaemonFailed(f"{self.name} did not stop within {patience(timeout):.0f} s of SIGTERM; log:\n"
                                    f"{self.log_tail()}") from None
         return int(self.proc.returncode)
 
@@ -438,6 +443,18 @@ class Daemon:
                 return dict(row)
         return None
 
+    def live_ids(self) -> set[str]:
+        """Node ids of the peers this daemon currently reaches."""
+        return {p["node_id"] for p in self.peers() if p["reachable"] and p["node_id"]}
+
+    def synced_ids(self) -> set[str]:
+        """Node ids of the peers this daemon has completed a round with."""
+        return {p["node_id"] for p in self.peers() if p["last_sync_ago"] is not None and p["node_id"]}
+
+    def inbox(self, role: str) -> list[str]:
+        """Contents of ``role``'s unread messages (up to 100), oldest first."""
+        return [m["content"] for m in self.check(role, limit=100)["messages"]]
+
 
 def wait_converged(daemons: Sequence[Daemon], timeout: float = 30.0) -> str:
     """Wait until all ``daemons`` report the same state digest (/api/digest); return it."""
@@ -504,19 +521,20 @@ class Fleet:
         procs = [(d, subprocess.Popen(d.init_argv(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
                  for d in todo]
         for d, proc in procs:
-            out, _ = proc.communicate(timeout=60)
+            out, _ = proc.communicate(timeout=patience(60))
             if proc.returncode != 0:
                 raise DaemonFailed(f"peerd init of {d.name} failed ({proc.returncode}): {out.decode(errors='replace')}")
             d.initialised = True
 
-    def start(self, *daemons: Daemon, timeout: float = READY_TIMEOUT) -> None:
-        """Initialise and start the given daemons (default: all not running) in parallel."""
+    def start(self, *daemons: Daemon) -> None:
+        """Initialise and start the given daemons (default: all not running) in parallel; returns
+        once every one has printed its ready line."""
         group = list(daemons) or [d for d in self.daemons if not d.running]
         self.init(group)
         for d in group:
             d.spawn()
         for d in group:
-            d.wait_ready(timeout)
+            d.wait_ready()
 
     def running(self) -> list[Daemon]:
         return [d for d in self.daemons if d.running and d.info]
@@ -535,7 +553,7 @@ class Fleet:
             assert d.proc is not None
             with contextlib.suppress(ProcessLookupError):
                 d.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT
+        deadline = time.monotonic() + patience(STOP_TIMEOUT)
         for d in live:
             assert d.proc is not None
             try:

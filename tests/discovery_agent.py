@@ -4,6 +4,7 @@ Each stdout line is one JSON object with ``event`` and ``t`` (seconds since
 ``MdnsSource.start`` was called):
 
 - ``{"event": "started", "active": bool, "problem": str | null}``
+- ``{"event": "announced"}`` once our own advert passed probing and is registered
 - ``{"event": "found", "node_id", "host", "port", "addresses", "source"}``
 - ``{"event": "gone", "node_id"}``
 - ``{"event": "stopped"}`` after SIGTERM/SIGINT made the source say goodbye.
@@ -22,6 +23,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from discovery import MdnsSource, PeerCandidate
@@ -75,9 +77,16 @@ async def _main(args: argparse.Namespace) -> None:
     t0 = time.monotonic()
     await source.start(found, lambda node_id: emit("gone", node_id=node_id))
     emit("started", active=source.active, problem=source.problem)
+    announced = asyncio.create_task(_announced(source, emit))
     await stop.wait()
+    announced.cancel()
     await source.stop()
     emit("stopped")
+
+
+async def _announced(source: MdnsSource, emit: Callable[..., None]) -> None:
+    await source.wait_announced()
+    emit("announced")
 
 
 def main(argv: list[str] | None = None) -> None:

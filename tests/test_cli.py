@@ -131,10 +131,15 @@ def test_status_shows_node_fleet_peers_lag_and_totals(duo: tuple[Daemon, Daemon]
     assert "LAG" in header and "FOUND BY" in header and "LIVE" in header
     row = next(line for line in text.splitlines() if line.startswith(a.addr))
     assert a.short_id in row and "seed" in row and "yes" in row
-    data = ok_json("status", home=b.home)
+
+    def with_lag() -> dict[str, Any] | None:
+        d = ok_json("status", home=b.home)
+        return d if any(p["address"] == a.addr and p["lag"] is not None for p in d["peers"]) else None
+
+    # a peer can be live (a push or exchange got through) before a sync round has told b its vector
+    data = wait_until(with_lag, SPREAD, "b to know a's lag")
     assert data["node_id"] == b.node_id and data["live_peers"] >= 1
     assert {"messages", "ops", "origins"} <= set(data["totals"])
-    assert any(p["address"] == a.addr and p["lag"] is not None for p in data["peers"])
 
 
 def test_status_watch_refreshes_until_its_count(duo: tuple[Daemon, Daemon]) -> None:
@@ -174,7 +179,12 @@ def test_status_watch_shows_a_real_catch_up_as_a_progress_bar(fleet: Fleet) -> N
     b.wait_ready()
     watch = follow("status", "--watch", "--interval", "0.1", home=b.home)
     wait_until(lambda: b.status()["totals"]["messages"] == BACKLOG, 60, "b caught up", interval=0.2)
-    time.sleep(0.3)
+
+    def frame_after_catch_up() -> bool:  # a whole frame printed since the catch-up ended
+        frames = "\n".join(watch.lines).split("refreshing every")
+        return len(frames) >= 3 and "catching up" not in frames[-2]
+
+    wait_until(frame_after_catch_up, 15, "a status frame without the progress bar")
     assert watch.stop() == 0
     bars = [line for line in watch.lines if line.startswith(f"catching up from {a.addr}")]
     assert bars, "no progress line while catching up:\n" + "\n".join(watch.lines[-20:])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.client
 import threading
-import time
 
 from replica import open_home
 from tests.daemons import ApiError, Daemon, Fleet, integrity_check, message_ids, wait_until
@@ -90,7 +89,8 @@ def test_kill9_under_write_load_and_mid_sync_loses_nothing_acknowledged(fleet: F
             w = Writer(victim, f"victim{round_}")
             victim_writers.append(w)
             w.start()
-            time.sleep(0.6 + 0.3 * round_)
+            wait_until(lambda w=w, n=5 * (round_ + 1): len(w.acked) >= n, 30,  # mid-load, a longer run each round
+                       f"{5 * (round_ + 1)} sends acknowledged by the victim")
             victim.kill()
             w.join(10)
             assert not w.is_alive()

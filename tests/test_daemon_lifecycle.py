@@ -3,13 +3,14 @@ home, clear errors for taken ports."""
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
 
 import pytest
 
-from tests.daemons import PEERD, Fleet, wait_until
+from tests.daemons import PEERD, Fleet, patience, wait_until
 
 pytest_plugins = ["tests.daemons"]
 
@@ -20,6 +21,7 @@ def test_signal_stops_cleanly_and_restart_keeps_the_node_id(fleet: Fleet, sig: s
     with its messages."""
     d = fleet.add("solo")
     fleet.start(d)
+    assert json.loads((d.home / "daemon.json").read_text()) == d.info, "the ready line is daemon.json"
     node = d.node_id
     mid = d.send("a", "b", "survives the restart")["id"]
     assert d.proc is not None
@@ -36,8 +38,9 @@ def test_second_daemon_on_one_home_is_refused(fleet: Fleet) -> None:
     d = fleet.add("solo")
     fleet.start(d)
     out = subprocess.run([str(PEERD), "run", "--home", str(d.home), "--port", "0", "--local-port", "0",
-                          "--no-mdns"], capture_output=True, text=True, timeout=60, check=False)
+                          "--no-mdns"], capture_output=True, text=True, timeout=patience(60), check=False)
     assert out.returncode == 1
+    assert out.stdout == "", "no ready line from a daemon that did not start"
     assert "another peerd is already running" in out.stderr
     assert d.running and d.status()["node_id"] == d.node_id
     assert (d.home / "daemon.json").exists()
@@ -53,7 +56,8 @@ def test_taken_port_is_a_clear_error(fleet: Fleet) -> None:
         d = fleet.add("solo")
         fleet.init([d])
         out = subprocess.run([str(PEERD), "run", "--home", str(d.home), "--port", str(port), "--bind", "127.0.0.1",
-                              "--local-port", "0", "--no-mdns"], capture_output=True, text=True, timeout=60, check=False)
+                              "--local-port", "0", "--no-mdns"], capture_output=True, text=True, timeout=patience(60),
+                             check=False)
     finally:
         blocker.close()
     assert out.returncode == 1

@@ -102,7 +102,6 @@ def test_partitioned_groups_converge_after_heal(partition: Partition, groups: tu
     inbox = right[1].check("team")["messages"]
 
     partition.cut()
-    cut_at = time.monotonic()
     written = {d.name: [d.send(f"writer-{d.name}", "team", f"{d.name} during the split {i}")["id"] for i in range(5)]
                for d in everyone}
     left[0].update_profile("orch-split", dynamic="the left side's view")
@@ -114,7 +113,10 @@ def test_partitioned_groups_converge_after_heal(partition: Partition, groups: tu
             if not arrives(lambda d=d, ids=ids: ids <= message_ids(d.db), SPLIT_SPREAD):
                 problems.append(f"while partitioned, {d.name} lacked {len(ids - message_ids(d.db))} of the "
                                 f"{label} side's writes after {SPLIT_SPREAD:.0f} s")
-    time.sleep(max(0.0, cut_at + 2.0 - time.monotonic()))  # a leak across the cut would show by now
+    for d in everyone:  # every daemon has tried the other side since the cut: a leak would show by now
+        across = {o.addr for o in (right if d in left else left)}
+        wait_until(lambda d=d, across=across: all(p["failures"] >= 1 for p in d.peers() if p["address"] in across),
+                   HEAL, f"{d.name} to fail reaching the other side")
     for group, theirs in ((left, right_ids), (right, left_ids)):
         for d in group:
             assert not theirs & message_ids(d.db), f"{d.name} got writes from across the partition"

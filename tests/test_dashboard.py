@@ -18,7 +18,7 @@ from peerd import home as homes
 from peerd.config import load_config, save_config
 from peerd.dashboard import ASSETS, asset
 from replica import open_home
-from tests.daemons import Daemon, Fleet, wait_until
+from tests.daemons import Daemon, Fleet, patience, wait_until
 
 pytest_plugins = ["tests.daemons"]
 
@@ -269,7 +269,7 @@ def test_messages_route_lists_and_long_polls(trio: tuple[Daemon, Daemon, Daemon]
     t0 = time.monotonic()
     poller = threading.Thread(target=poll)
     poller.start()
-    time.sleep(0.5)
+    poller.join(timeout=0.5)  # an observation window for a negative check, not a wait for an event
     assert "out" not in box, "returned before anything new landed"
     second = a.send("poller", "target", "two")["id"]
     poller.join(timeout=SPREAD)
@@ -288,9 +288,9 @@ def test_open_streams_do_not_hold_up_shutdown(fleet: Fleet) -> None:
     waiting = threading.Thread(target=lambda: d.call("POST", "/api/check", {"recipient": "nobody", "wait": 120}),
                                daemon=True)
     waiting.start()
-    time.sleep(0.5)
+    time.sleep(0.5)  # the check has no signal for reaching its wait: give it the time to get there
     t0 = time.monotonic()
     assert d.stop(timeout=10) == 0
-    assert time.monotonic() - t0 < 8
+    assert time.monotonic() - t0 < patience(8)
     stream.close()
     waiting.join(timeout=5)

@@ -11,11 +11,7 @@ and fails (never skips) where namespaces cannot be made.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -23,212 +19,56 @@ from typing import Any, TypeVar
 
 import pytest
 
-from peerd.config import init_home, new_fleet_key
+from peerd.config import encode_fleet_key, new_fleet_key
 from peerd.peers import FAIL_THRESHOLD
+from tests.daemons import Daemon, Fleet, patience, wait_until
 from tests.netns import Lan, NetnsLab, Node
 
 pytestmark = pytest.mark.netns
+pytest_plugins = ["tests.daemons"]
 
-PEERD = str(Path(sys.executable).parent / "peerd")
-READY_TIMEOUT = 20.0
 FIRST_SYNC_LIMIT = 10.0  # s from spawn, three daemons starting at once; bench_mdns_sync holds the 2 s target
 GOODBYE_LIMIT = 3.0  # the mDNS goodbye drops a node at once; without it FAIL_THRESHOLD failures take longer
 CRASH_LIMIT = 20.0  # a kill -9 is noticed by FAIL_THRESHOLD failed contacts, with backoff
 T = TypeVar("T")
 
-_RELAY = r"""
-import json, sys, urllib.error, urllib.request
-opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-for line in sys.stdin:
-    q = json.loads(line)
-    data = None if q["body"] is None else q["body"].encode()
-    req = urllib.request.Request(q["url"], data=data, method=q["method"],
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with opener.open(req, timeout=10) as resp:
-            out = {"status": resp.status, "body": resp.read().decode()}
-    except urllib.error.HTTPError as exc:
-        out = {"status": exc.code, "body": exc.read().decode()}
-    except OSError as exc:
-        out = {"status": 0, "body": json.dumps({"error": repr(exc)})}
-    print(json.dumps(out), flush=True)
-"""
-
 
 def wait_for(pred: Callable[[], T | None], timeout: float, what: str, interval: float = 0.05,
              explain: Callable[[], Any] | None = None) -> T:
-    """Poll ``pred`` until it returns something truthy; fail naming ``what``, the last value and ``explain()``."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while True:
-        with contextlib.suppress(ConnectionError):
-            value = pred()
-            if value:
-                return value
-            last = value
-        if time.monotonic() >= deadline:
-            detail = "" if explain is None else f"; {explain()!r}"
-            pytest.fail(f"timed out after {timeout:.1f} s waiting for {what}; last: {last!r}{detail}")
-        time.sleep(interval)
+    """``wait_until``, naming ``explain()`` (the state that matters) when it fails."""
+    try:
+        return wait_until(pred, timeout, what, interval)
+    except AssertionError as exc:
+        detail = "" if explain is None else f"; {explain()!r}"
+        pytest.fail(f"{exc}{detail}")
 
 
-class Peerd:
-    """One ``peerd run`` in a namespace: its home, process, log, and a relay to its local API."""
-
-    def __init__(self, lab: NetnsLab, node: Node, home: Path, fleet_key: bytes, port: int,
-                 seeds: Sequence[str] = ()) -> None:
-        self.lab, self.node, self.home, self.port = lab, node, home, port
-        self.seeds = list(seeds)
-        self.log = home.with_suffix(".log")
-        init_home(home, name=node.label, fleet_key=fleet_key)
-        self.relay = lab.spawn(node, [sys.executable, "-u", "-c", _RELAY], stdin=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL)
-        self.proc: subprocess.Popen[str] | None = None
-        self.spawned_at = 0.0
-        self.info: dict[str, Any] = {}
-
-    @property
-    def name(self) -> str:
-        return self.node.label
-
-    @property
-    def addr(self) -> str:
-        return f"{self.node.address}:{self.port}"
-
-    @property
-    def short_id(self) -> str:
-        """The node id prefix that peer tables show (16 hex digits)."""
-        return str(self.info["node_id"])[:16]
-
-    def spawn(self) -> None:
-        argv = [PEERD, "run", "--home", str(self.home), "--port", str(self.port), "--local-port", "0",
-                "--bind", self.node.address, "--advertise", self.node.address]
-        for seed in self.seeds:
-            argv += ["--seed", seed]
-        with self.log.open("a") as log:
-            self.spawned_at = time.monotonic()
-            self.proc = self.lab.spawn(self.node, argv, stdout=log, stderr=subprocess.STDOUT)
-
-    def wait_ready(self) -> dict[str, Any]:
-        def ready() -> dict[str, Any] | None:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                pytest.fail(f"{self.name} exited with {self.proc.returncode}:\n{self.log_text()}")
-            with contextlib.suppress(FileNotFoundError, ValueError):
-                info: dict[str, Any] = json.loads((self.home / "daemon.json").read_text())
-                return info if info.get("pid") == self.proc.pid else None
-            return None
-
-        self.info = wait_for(ready, READY_TIMEOUT, f"{self.name}'s daemon.json")
-        return self.info
-
-    def api(self, method: str, path: str, body: Any = None) -> Any:
-        """One local API call through the relay; the decoded JSON of a 2xx reply."""
-        status, reply = self.call(method, path, body)
-        if not 200 <= status < 300:
-            raise AssertionError(f"{self.name} {method} {path}: HTTP {status} {reply!r}")
-        return reply
-
-    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        assert self.relay.stdin is not None and self.relay.stdout is not None
-        query = {"method": method, "url": f"{self.info['local_url']}{path}",
-                 "body": None if body is None else json.dumps(body)}
-        self.relay.stdin.write(json.dumps(query) + "\n")
-        line = self.relay.stdout.readline()
-        if not line:
-            raise ConnectionError(f"the relay in {self.name} exited")
-        out = json.loads(line)
-        if out["status"] == 0:
-            raise ConnectionError(f"{self.name}: {out['body']}")
-        return int(out["status"]), json.loads(out["body"])
-
-    def status(self) -> dict[str, Any]:
-        result: dict[str, Any] = self.api("GET", "/api/status")
-        return result
-
-    def peers(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self.api("GET", "/api/peers")
-        return result
-
-    def digest(self) -> str:
-        return str(self.api("GET", "/api/digest")["digest"])
-
-    def send(self, sender: str, channel: str, content: str) -> dict[str, Any]:
-        result: dict[str, Any] = self.api("POST", "/api/send", {"from": sender, "channel": channel,
-                                                                "content": content})
-        return result
-
-    def inbox(self, role: str) -> list[str]:
-        reply = self.api("POST", "/api/check", {"recipient": role, "limit": 100})
-        return [m["content"] for m in reply["messages"]]
-
-    def live_ids(self) -> set[str]:
-        return {p["node_id"] for p in self.peers() if p["reachable"] and p["node_id"]}
-
-    def synced_ids(self) -> set[str]:
-        return {p["node_id"] for p in self.peers() if p["last_sync_ago"] is not None and p["node_id"]}
-
-    def wait_live(self, ids: set[str], timeout: float, what: str) -> None:
-        """Wait until every node in ``ids`` is a reachable peer of this daemon."""
-        wait_for(lambda: self.live_ids() >= ids, timeout, f"{self.name} to see {what} live", explain=self.peers)
-
-    def wait_synced(self, ids: set[str], timeout: float, what: str) -> None:
-        """Wait until this daemon has completed a sync round with every node in ``ids``."""
-        wait_for(lambda: self.synced_ids() >= ids, timeout, f"{self.name} to sync with {what}", explain=self.peers)
-
-    def wait_dropped(self, node: str, timeout: float, what: str) -> None:
-        """Wait until ``node`` is no longer a reachable peer of this daemon."""
-        wait_for(lambda: node not in self.live_ids(), timeout, f"{self.name} to drop {what}", explain=self.peers)
-
-    def wait_message(self, role: str, content: str, timeout: float) -> None:
-        wait_for(lambda: content in self.inbox(role), timeout, f"{content!r} in {role}'s inbox on {self.name}")
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-    def signal(self, sig: int) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(sig)
+def in_namespace(fleet: Fleet, node: Node, fleet_key: bytes, port: int = 0, seeds: Sequence[str] = ()) -> Daemon:
+    """A daemon (mDNS on) inside ``node``'s namespace, its peer port on the namespace's LAN address
+    (0: the daemon picks one), its local API reached through a relay in the same namespace."""
+    daemon = fleet.add(node.label, port=port, fleet_key=encode_fleet_key(fleet_key), host=node.address,
+                       exec_prefix=node.exec_prefix(), transport=fleet.relay(node.exec_prefix()), mdns=True)
+    daemon.seeds = list(seeds)
+    return daemon
 
 
-class Cluster:
-    """The daemons of one test; ``close`` stops them (SIGTERM, then SIGKILL) and prints their logs."""
+def wait_live(d: Daemon, ids: set[str], timeout: float, what: str) -> None:
+    """Wait until every node in ``ids`` is a reachable peer of ``d``."""
+    wait_for(lambda: d.live_ids() >= ids, timeout, f"{d.name} to see {what} live", explain=d.peers)
 
-    def __init__(self, lab: NetnsLab, tmp: Path) -> None:
-        self.lab, self.tmp = lab, tmp
-        self.daemons: list[Peerd] = []
 
-    def add(self, node: Node, fleet_key: bytes, port: int = 0, seeds: Sequence[str] = ()) -> Peerd:
-        daemon = Peerd(self.lab, node, self.tmp / node.label, fleet_key, port, seeds)
-        self.daemons.append(daemon)
-        return daemon
+def wait_synced(d: Daemon, ids: set[str], timeout: float, what: str) -> None:
+    """Wait until ``d`` has completed a sync round with every node in ``ids``."""
+    wait_for(lambda: d.synced_ids() >= ids, timeout, f"{d.name} to sync with {what}", explain=d.peers)
 
-    def start(self, *daemons: Peerd) -> None:
-        """Spawn the daemons together, then wait until each has written its daemon.json."""
-        for d in daemons:
-            d.spawn()
-        for d in daemons:
-            d.wait_ready()
 
-    def wait_converged(self, daemons: Sequence[Peerd], timeout: float) -> str:
-        def same() -> str | None:
-            digests = {d.digest() for d in daemons}
-            return digests.pop() if len(digests) == 1 else None
+def wait_dropped(d: Daemon, node: str, timeout: float, what: str) -> None:
+    """Wait until ``node`` is no longer a reachable peer of ``d``."""
+    wait_for(lambda: node not in d.live_ids(), timeout, f"{d.name} to drop {what}", explain=d.peers)
 
-        return wait_for(same, timeout, f"equal digests on {[d.name for d in daemons]}", interval=0.1)
 
-    def close(self) -> None:
-        running = [d for d in self.daemons if d.proc is not None and d.proc.poll() is None]
-        for d in running:
-            d.signal(signal.SIGTERM)
-        for d in running:
-            assert d.proc is not None
-            try:
-                d.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                d.proc.kill()
-        for d in self.daemons:  # shown by pytest only when the test failed
-            print(f"==== {d.name} ({d.node.address}:{d.port})\n{d.log_text()}")
+def wait_message(d: Daemon, role: str, content: str, timeout: float) -> None:
+    wait_for(lambda: content in d.inbox(role), timeout, f"{content!r} in {role}'s inbox on {d.name}")
 
 
 @pytest.fixture
@@ -239,13 +79,13 @@ def lab() -> Iterator[NetnsLab]:
 
 
 @pytest.fixture
-def cluster(lab: NetnsLab, tmp_path: Path) -> Iterator[Cluster]:
+def cluster(lab: NetnsLab, tmp_path: Path) -> Iterator[Fleet]:
     """Daemons in ``lab``'s namespaces, stopped after the test (before the lab goes)."""
-    c = Cluster(lab, tmp_path)
+    fleet = Fleet(tmp_path / "fleet")
     try:
-        yield c
+        yield fleet
     finally:
-        c.close()
+        fleet.close()
 
 
 def _lan(lab: NetnsLab, label: str, count: int) -> tuple[Lan, list[Node]]:
@@ -253,12 +93,12 @@ def _lan(lab: NetnsLab, label: str, count: int) -> tuple[Lan, list[Node]]:
     return lan, [lab.node(f"dd{label}{i}", lan) for i in range(count)]
 
 
-def _others(daemon: Peerd, group: Sequence[Peerd]) -> set[str]:
+def _others(daemon: Daemon, group: Sequence[Daemon]) -> set[str]:
     """Node ids (as peer tables show them) of everyone in ``group`` but ``daemon``."""
     return {o.short_id for o in group if o is not daemon}
 
 
-def _wait_first_sync(daemons: Sequence[Peerd], timeout: float) -> dict[str, float]:
+def _wait_first_sync(daemons: Sequence[Daemon], timeout: float) -> dict[str, float]:
     """Seconds from each daemon's spawn to its first completed sync with any peer."""
     firsts: dict[str, float] = {}
 
@@ -272,21 +112,21 @@ def _wait_first_sync(daemons: Sequence[Peerd], timeout: float) -> dict[str, floa
     return firsts
 
 
-def test_three_daemons_on_one_lan_converge_by_mdns_alone(cluster: Cluster, lab: NetnsLab) -> None:
+def test_three_daemons_on_one_lan_converge_by_mdns_alone(cluster: Fleet, lab: NetnsLab) -> None:
     """Three daemons with mDNS and no seeds find each other, sync, and share a message."""
     _, nodes = _lan(lab, "m", 3)
     key = new_fleet_key()
-    daemons = [cluster.add(node, key) for node in nodes]
+    daemons = [in_namespace(cluster, node, key) for node in nodes]
     cluster.start(*daemons)
     firsts = _wait_first_sync(daemons, 15)
     print("time from spawn to first sync (s):", {k: round(v, 2) for k, v in sorted(firsts.items())})
-    assert max(firsts.values()) <= FIRST_SYNC_LIMIT
+    assert max(firsts.values()) <= patience(FIRST_SYNC_LIMIT)
 
     for d in daemons:
-        d.wait_live(_others(d, daemons), 10, "every peer")
+        wait_live(d, _others(d, daemons), 10, "every peer")
     daemons[0].send("alice", "bob", "hello over mdns")
     for d in daemons[1:]:
-        d.wait_message("bob", "hello over mdns", 10)
+        wait_message(d, "bob", "hello over mdns", 10)
     cluster.wait_converged(daemons, 10)
 
     sources = {p["found_by"] for d in daemons for p in d.peers()}
@@ -296,19 +136,21 @@ def test_three_daemons_on_one_lan_converge_by_mdns_alone(cluster: Cluster, lab: 
         assert d.short_id not in {p["node_id"] for p in d.peers()}  # never lists itself
 
 
-def test_fleets_sharing_a_lan_only_see_their_own_members(cluster: Cluster, lab: NetnsLab) -> None:
+def test_fleets_sharing_a_lan_only_see_their_own_members(cluster: Fleet, lab: NetnsLab) -> None:
     """Two fleets on one bridge: peers are same-fleet only, and no sealed request is ever refused."""
     _, nodes = _lan(lab, "f", 4)
     key_a, key_b = new_fleet_key(), new_fleet_key()
-    a1, a2 = cluster.add(nodes[0], key_a), cluster.add(nodes[1], key_a)
-    b1, b2 = cluster.add(nodes[2], key_b), cluster.add(nodes[3], key_b)
+    a1, a2 = in_namespace(cluster, nodes[0], key_a), in_namespace(cluster, nodes[1], key_a)
+    b1, b2 = in_namespace(cluster, nodes[2], key_b), in_namespace(cluster, nodes[3], key_b)
     cluster.start(a1, a2, b1, b2)
     fleets = {a1: a2, a2: a1, b1: b2, b2: b1}
     for d, mate in fleets.items():
-        d.wait_synced({mate.short_id}, 15, mate.name)
+        wait_synced(d, {mate.short_id}, 15, mate.name)
     sent = a1.send("alice", "broadcast", "fleet a only")
-    a2.wait_message("bob", "fleet a only", 10)
-    time.sleep(1.5)  # every advert has been on the wire for a while, several gossip rounds passed
+    wait_message(a2, "bob", "fleet a only", 10)
+    rounds = {d.name: d.status()["counters"]["rounds"] for d in fleets}
+    wait_for(lambda: all(d.status()["counters"]["rounds"] >= rounds[d.name] + 2 for d in fleets), 15,
+             "two more gossip rounds on every daemon (every advert has been on the wire for a while)")
 
     for d, mate in fleets.items():
         status = d.status()
@@ -319,30 +161,31 @@ def test_fleets_sharing_a_lan_only_see_their_own_members(cluster: Cluster, lab: 
     assert a1.digest() == a2.digest() != b1.digest()
 
 
-def test_departures_clean_stop_at_once_and_crash_after_failed_contacts(cluster: Cluster, lab: NetnsLab) -> None:
+def test_departures_clean_stop_at_once_and_crash_after_failed_contacts(cluster: Fleet, lab: NetnsLab) -> None:
     """SIGTERM drops a daemon from peers' live lists within seconds; kill -9 after FAIL_THRESHOLD failures."""
     _, nodes = _lan(lab, "d", 3)
     key = new_fleet_key()
-    watcher, polite, crashed = (cluster.add(node, key) for node in nodes)
+    watcher, polite, crashed = (in_namespace(cluster, node, key) for node in nodes)
     everyone = [watcher, polite, crashed]
     cluster.start(*everyone)
     for d in everyone:
-        d.wait_live(_others(d, everyone), 15, "every peer")
+        wait_live(d, _others(d, everyone), 15, "every peer")
 
-    time.sleep(1.0)  # the fleet idles a moment, as fleets mostly do
-    polite.signal(signal.SIGTERM)
+    time.sleep(1.0)  # a scenario step, not a wait: the fleet idles a moment, as fleets mostly do
+    assert polite.proc is not None and crashed.proc is not None
+    polite.proc.send_signal(signal.SIGTERM)
     stopped = time.monotonic()
-    assert polite.proc is not None and polite.proc.wait(timeout=10) == 0
+    assert polite.proc.wait(timeout=patience(10)) == 0
     for d in (watcher, crashed):
-        d.wait_dropped(polite.short_id, max(0.1, stopped + GOODBYE_LIMIT - time.monotonic()), polite.name)
+        wait_dropped(d, polite.short_id, max(0.1, stopped + GOODBYE_LIMIT - time.monotonic()), polite.name)
     print(f"clean stop: gone from live peers {time.monotonic() - stopped:.2f} s after SIGTERM")
-    time.sleep(0.5)  # nothing the stopping daemon sent late may bring it back
+    time.sleep(0.5)  # an observation window for a negative check: nothing sent late may bring it back
     for d in (watcher, crashed):  # listed as not reachable, or not listed at all
         left = next((p for p in d.peers() if p["node_id"] == polite.short_id), None)
         assert left is None or not left["reachable"], (d.name, left)
         assert left is None or left["failures"] < FAIL_THRESHOLD, ("dropped by failed contacts, not its goodbye", left)
 
-    crashed.signal(signal.SIGKILL)
+    crashed.proc.send_signal(signal.SIGKILL)
     killed = time.monotonic()
 
     def marked_down() -> dict[str, Any] | None:
@@ -356,7 +199,7 @@ def test_departures_clean_stop_at_once_and_crash_after_failed_contacts(cluster: 
     assert watcher.status()["live_peers"] == 0
 
 
-def test_two_lans_converge_through_one_seed_and_peer_exchange(cluster: Cluster, lab: NetnsLab) -> None:
+def test_two_lans_converge_through_one_seed_and_peer_exchange(cluster: Fleet, lab: NetnsLab) -> None:
     """mDNS stays in each LAN; one seed entry on C plus peer exchange joins LAN1 (A, B) and LAN2 (C, D)."""
     lan1, lan2 = lab.lan("dd1"), lab.lan("dd2")
     router = lab.router("ddr", [lan1, lan2])
@@ -365,21 +208,21 @@ def test_two_lans_converge_through_one_seed_and_peer_exchange(cluster: Cluster, 
     for node in (node_a, node_b, node_c, node_d):
         lab.route_via(node, router)
     key = new_fleet_key()
-    a, b = cluster.add(node_a, key, 7711), cluster.add(node_b, key, 7712)
-    c = cluster.add(node_c, key, 7721, seeds=[f"{node_a.address}:7711"])
-    d = cluster.add(node_d, key, 7722)
+    a, b = in_namespace(cluster, node_a, key, 7711), in_namespace(cluster, node_b, key, 7712)
+    c = in_namespace(cluster, node_c, key, 7721, seeds=[f"{node_a.address}:7711"])
+    d = in_namespace(cluster, node_d, key, 7722)
     everyone = [a, b, c, d]
     cluster.start(*everyone)
     a.send("alice", "broadcast", "from lan1")
     d.send("dave", "broadcast", "from lan2")
     cluster.wait_converged(everyone, 20)
-    a.wait_message("bob", "from lan2", 5)
-    d.wait_message("bob", "from lan1", 5)
+    wait_message(a, "bob", "from lan2", 5)
+    wait_message(d, "bob", "from lan1", 5)
 
     seeds = [p for p in c.peers() if p["found_by"] == "seed"]
     assert [(p["address"], p["node_id"]) for p in seeds] == [(a.addr, a.short_id)]
     for x in everyone:  # mDNS never crossed the router
-        lan = x.node.address.rsplit(".", 1)[0] + "."
+        lan = x.host.rsplit(".", 1)[0] + "."
         assert all(p["address"].startswith(lan) for p in x.peers() if p["found_by"] == "mdns"), x.name
     found_d = {p["node_id"]: p["found_by"] for p in d.peers()}
     print("D's peers found by:", {x.name: found_d.get(x.short_id) for x in (a, b, c)})
@@ -388,5 +231,4 @@ def test_two_lans_converge_through_one_seed_and_peer_exchange(cluster: Cluster, 
 
     # Exchange is meant to give direct links: every listed peer gets contacted, none waits forever.
     for x in everyone:
-        x.wait_live(_others(x, everyone), 15,
-                    "every node (peers learnt by exchange must be contacted directly)")
+        wait_live(x, _others(x, everyone), 15, "every node (peers learnt by exchange must be contacted directly)")

@@ -29,6 +29,7 @@ from discovery import (
 from discovery.advert import instance_label, instance_name, pick_host
 from discovery.netif import LocalAddress, one_per_device, select_addresses
 from discovery.seeds import Seed, format_seed, loop_resolver
+from tests.waiting import eventually
 
 # -- seed parsing ---------------------------------------------------------------
 
@@ -432,7 +433,7 @@ async def test_seed_source_retries_failed_seed_with_backoff_until_success() -> N
         assert gaps[0] >= 0.045 and gaps[1] >= 0.095 and gaps[2] >= 0.195
         source.report_failure("10.0.0.9", 7400)
         source.report_success("10.0.0.9", 7400)
-        await asyncio.sleep(0.4)
+        await asyncio.sleep(0.4)  # an observation window: the cancelled retry (due in 0.2 s) must not fire
     finally:
         await source.stop()
     assert len(rec.found) == 4
@@ -463,11 +464,10 @@ async def test_seed_source_re_resolves_and_re_offers_on_address_change() -> None
     await source.start(rec.on_found, rec.on_gone)
     try:
         await rec.wait_count(2)
-        await asyncio.sleep(0.2)
+        await eventually(lambda: dns.calls >= 5, 5, "two more look-ups of the unchanged address")
     finally:
         await source.stop()
-    assert [c.addresses for c in rec.found] == [("10.3.0.1",), ("10.3.0.2",)]
-    assert dns.calls >= 3
+    assert [c.addresses for c in rec.found] == [("10.3.0.1",), ("10.3.0.2",)]  # unchanged: not offered again
 
 
 async def test_seed_source_logs_one_warning_per_failed_lookup_streak(
@@ -502,7 +502,7 @@ async def test_seed_source_survives_a_raising_callback(caplog: pytest.LogCapture
     source = SeedSource(["10.5.0.1:1", "10.5.0.2:1"])
     with caplog.at_level(logging.ERROR, logger="discovery.seeds"):
         await source.start(found, lambda _: None)
-        await asyncio.sleep(0.05)
+        await eventually(lambda: len(seen) == 2, 5, "both seeds handed over")
         await source.stop()
     assert sorted(seen) == ["10.5.0.1", "10.5.0.2"]
     assert any("consumer bug" in (r.exc_text or "") for r in caplog.records)
@@ -516,7 +516,7 @@ async def test_seed_source_stop_silences_pending_retries() -> None:
     await rec.wait_count(1)
     source.report_failure("10.6.0.1", 1)
     await source.stop()
-    await asyncio.sleep(0.15)
+    await asyncio.sleep(0.15)  # an observation window: the retry was due in 0.05 s and must not fire
     assert len(rec.found) == 1
 
 

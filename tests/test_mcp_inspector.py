@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 
-from mcp_server import TOOLS, LocalHttpServer, ReplicaWatcher, http_app
+from mcp_server import TOOLS, FeedWaiter
+from peerd.local import LocalServer, build_app, mcp_builder
 from replica import open_home
+from replica.feed import ChangeFeed
 
 REPO = Path(__file__).resolve().parent.parent
 INSPECTOR_DIR = REPO / "tools" / "inspector"
@@ -90,13 +92,15 @@ async def test_inspector_over_stdio(tmp_path: Path, inspector_env: dict[str, str
 
 
 async def test_inspector_over_http(tmp_path: Path, inspector_env: dict[str, str]) -> None:
-    """The same Inspector checks pass against streamable HTTP, with the role bound by a header."""
+    """The same Inspector checks pass against streamable HTTP on the daemon's local server, role bound by a header."""
     with open_home(tmp_path / "home") as replica:
-        watcher = ReplicaWatcher(replica)
+        feed = ChangeFeed(replica)
+        waiter = FeedWaiter(feed)
         try:
-            async with LocalHttpServer(http_app(replica, waiter=watcher)) as server:
-                target = [server.url, "--transport", "http", "--header", "X-Peerd-Role: gamma"]
+            async with LocalServer(build_app([], mcp_builder(replica, waiter))) as server:
+                target = [server.mcp_url, "--transport", "http", "--header", "X-Peerd-Role: gamma"]
                 await check_inspector(inspector_env, target, [], "gamma")
         finally:
-            watcher.close()
+            waiter.close()
+            feed.close()
         assert [m.content for m in replica.check_messages("beta").messages] == ["7"]

@@ -12,8 +12,9 @@ import pytest
 from mcp import Client
 from mcp.types import CallToolResult, TextContent
 
-from mcp_server import ReplicaWatcher, SessionBinding, build_server
+from mcp_server import FeedWaiter, SessionBinding, build_server
 from replica import Replica, open_home
+from replica.feed import ChangeFeed
 
 
 @pytest.fixture
@@ -25,12 +26,14 @@ def replica(tmp_path: Path) -> Iterator[Replica]:
 
 @asynccontextmanager
 async def connect(replica: Replica, bind: SessionBinding | None = None) -> AsyncIterator[Client]:
-    watcher = ReplicaWatcher(replica)
+    feed = ChangeFeed(replica)
+    waiter = FeedWaiter(feed)
     try:
-        async with Client(build_server(replica, waiter=watcher, bind=bind)) as c:
+        async with Client(build_server(replica, waiter=waiter, bind=bind)) as c:
             yield c
     finally:
-        watcher.close()
+        waiter.close()
+        feed.close()
 
 
 def text(result: CallToolResult) -> str:

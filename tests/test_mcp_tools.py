@@ -15,12 +15,12 @@ import pytest
 from mcp import Client
 from mcp.types import CallToolResult, TextContent
 
-from mcp_server import ReplicaWatcher, SessionBinding, build_server
+from mcp_server import FeedWaiter, SessionBinding, build_server
 from mcp_server import schemas as s
-from mcp_server.local_http import host_allowed, origin_allowed
 from mcp_server.server import error_code, request_binding
 from mcp_server.tools import merge_peers
 from replica import InvalidArgument, NotFound, Profile, Replica, SenderSeen, StoreError, open_home
+from replica.feed import ChangeFeed
 from replica.stamps import iso_ms, ms_of_iso
 
 TOOL_NAMES = {
@@ -42,14 +42,16 @@ def replica(tmp_path: Path) -> Iterator[Replica]:
 @dataclass(frozen=True)
 class Node:
     replica: Replica
-    watcher: ReplicaWatcher
+    watcher: FeedWaiter
 
 
 @pytest.fixture
 def node(replica: Replica) -> Iterator[Node]:
-    w = ReplicaWatcher(replica)
+    feed = ChangeFeed(replica)
+    w = FeedWaiter(feed)
     yield Node(replica, w)
     w.close()
+    feed.close()
 
 
 @asynccontextmanager
@@ -423,21 +425,18 @@ def test_error_codes_follow_the_replica_error_hierarchy() -> None:
     assert error_code(StoreError("x")) == "store_error"
 
 
-async def test_watcher_close_releases_waiters(replica: Replica) -> None:
-    """Closing a ReplicaWatcher wakes its waiters and stops it listening to the replica."""
-    watcher = ReplicaWatcher(replica)
-    waiting = asyncio.create_task(watcher.wait_beyond(replica.max_lseq() + 1000))
-    await asyncio.sleep(0.05)
-    assert not waiting.done()
-    watcher.close()
-    await asyncio.wait_for(waiting, 1)
-    assert replica.send_message("a", "b", "after close").seq > 0
+async def test_waiter_close_releases_waiters_and_a_waiting_call_returns(node: Node) -> None:
+    """Closing the host's waiter (shutdown) ends a waiting wait_beyond and a waiting check_messages
+    at once, with what they have; later waits return at once."""
+    async with connect(node) as client:
+        call = asyncio.create_task(client.call_tool("check_messages", {"recipient": "beta", "wait": 300}))
+        waiting = asyncio.create_task(node.watcher.wait_beyond(node.replica.max_lseq() + 1000))
+        await asyncio.sleep(0)  # the task runs up to its future (the call may or may not be parked yet: either way it ends)
+        assert node.watcher.waiting >= 1 and not waiting.done()
+        node.watcher.close()
+        await asyncio.wait_for(waiting, 5)
+        result = await asyncio.wait_for(call, 5)
+        assert (result.structured_content or {})["messages"] == []
+        await asyncio.wait_for(node.watcher.wait_beyond(10**9), 1)
+    assert node.replica.send_message("a", "b", "after close").seq > 0
 
-
-def test_local_host_and_origin_checks() -> None:
-    """Only 127.0.0.1/localhost Hosts and http(s) Origins on them pass; absent Origin passes."""
-    assert host_allowed("127.0.0.1:8123") and host_allowed("localhost") and host_allowed("LOCALHOST:1")
-    assert not host_allowed("evil.example:8123") and not host_allowed(None) and not host_allowed("127.0.0.1.evil:1")
-    assert origin_allowed(None) and origin_allowed("http://localhost:3000") and origin_allowed("https://127.0.0.1")
-    assert not origin_allowed("http://evil.example") and not origin_allowed("null")
-    assert not origin_allowed("file://localhost") and not origin_allowed("http://localhost.evil.example")

@@ -1,4 +1,5 @@
-"""MCP over real transports: the stdio server process and streamable HTTP on 127.0.0.1."""
+"""MCP over real transports: the stdio server process, and streamable HTTP on the daemon's own local
+server (``peerd.local``: the same app builder, guard and uvicorn embedding as ``peerd run``)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
-from mcp_server import TOOLS, LocalHttpServer, ReplicaWatcher, http_app
+from mcp_server import TOOLS, FeedWaiter
 from mcp_server.__main__ import parse_args
+from peerd.local import LocalServer, build_app, mcp_builder
 from replica import Replica, open_home
+from replica.feed import ChangeFeed
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -55,13 +58,15 @@ def data(result: CallToolResult) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def http_server(replica: Replica) -> AsyncIterator[LocalHttpServer]:
-    watcher = ReplicaWatcher(replica)
+async def http_server(replica: Replica) -> AsyncIterator[LocalServer]:
+    feed = await asyncio.to_thread(ChangeFeed.watching, replica)  # the HTTP host's one feed, as in the daemon
+    waiter = FeedWaiter(feed)
     try:
-        async with LocalHttpServer(http_app(replica, waiter=watcher, fleet_id=lambda: "f1")) as server:
+        async with LocalServer(build_app([], mcp_builder(replica, waiter, fleet_id=lambda: "f1"))) as server:
             yield server
     finally:
-        watcher.close()
+        waiter.close()
+        await asyncio.to_thread(feed.close)
 
 
 # -- stdio -------------------------------------------------------------------------------------
@@ -118,7 +123,7 @@ r.close()
 
 async def test_in_process_wait_sees_another_process_write(home: Path, replica: Replica) -> None:
     """An HTTP session's wait wakes within 0.5 s of a commit by a separate process on the same file."""
-    async with http_server(replica) as server, Client(f"{server.url}?role=beta") as c:
+    async with http_server(replica) as server, Client(f"{server.mcp_url}?role=beta") as c:
         call = asyncio.create_task(c.call_tool("check_messages", {"wait": 30}))
         await asyncio.sleep(0.3)
         writer = await asyncio.create_subprocess_exec(
@@ -137,15 +142,15 @@ async def test_in_process_wait_sees_another_process_write(home: Path, replica: R
 async def test_http_binds_sessions_by_query_and_by_headers(replica: Replica) -> None:
     """?role=&instance= and X-Peerd-Role / X-Peerd-Instance bind a session; arguments still win."""
     async with http_server(replica) as server:
-        assert server.port > 0 and server.url == f"http://127.0.0.1:{server.port}/mcp"
-        async with Client(f"{server.url}?role=alpha&instance=a1") as c:
+        assert server.port > 0 and server.mcp_url == f"http://127.0.0.1:{server.port}/mcp"
+        async with Client(f"{server.mcp_url}?role=alpha&instance=a1") as c:
             me = data(await c.call_tool("whoami", {}))
             assert (me["role"], me["instanceId"], me["fleetId"]) == ("alpha", "a1", "f1")
             sent = data(await c.call_tool("send_message", {"channel": "beta", "content": "hi"}))
             assert (sent["from"], sent["fromInstanceId"]) == ("alpha", "a1")
         headers = {"X-Peerd-Role": "beta", "X-Peerd-Instance": "b7"}
         async with (httpx2.AsyncClient(headers=headers, timeout=30) as hc,
-                    Client(streamable_http_client(server.url, http_client=hc)) as c):
+                    Client(streamable_http_client(server.mcp_url, http_client=hc)) as c):
             me = data(await c.call_tool("whoami", {}))
             assert (me["role"], me["instanceId"]) == ("beta", "b7")
             inbox = data(await c.call_tool("check_messages", {}))
@@ -155,7 +160,7 @@ async def test_http_binds_sessions_by_query_and_by_headers(replica: Replica) -> 
 
 async def test_http_legacy_handshake_clients_work(replica: Replica) -> None:
     """A client on the initialize handshake (session ids, SSE) gets the tools and its binding."""
-    async with http_server(replica) as server, Client(f"{server.url}?role=gamma", mode="legacy") as c:
+    async with http_server(replica) as server, Client(f"{server.mcp_url}?role=gamma", mode="legacy") as c:
         assert c.protocol_version < "2026"
         assert data(await c.call_tool("whoami", {}))["role"] == "gamma"
 
@@ -172,8 +177,8 @@ async def test_http_refuses_foreign_host_or_origin(replica: Replica, headers: di
             "params": {"name": "send_message", "arguments": {"from": "x", "channel": "y", "content": "z"}}}
     before = replica.state_digest()
     async with http_server(replica) as server, httpx2.AsyncClient(timeout=10) as raw:
-        refused = await raw.post(server.url, json=body, headers=headers)
-        local = await raw.post(server.url, json={}, headers={"Origin": f"http://localhost:{server.port}"})
+        refused = await raw.post(server.mcp_url, json=body, headers=headers)
+        local = await raw.post(server.mcp_url, json={}, headers={"Origin": f"http://localhost:{server.port}"})
     assert refused.status_code == 403
     assert local.status_code != 403
     assert replica.state_digest() == before

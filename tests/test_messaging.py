@@ -112,6 +112,9 @@ def test_message_status_unknown_id(mem: Replica) -> None:
         ({"from_": "a", "channel": "b", "content": "x", "instance_id": ""}, "instanceId"),
         ({"from_": "a" * 300, "channel": "b", "content": "x"}, "longer than 256"),
         ({"from_": "a\n", "channel": "b\x00", "content": "x"}, "control characters"),
+        ({"from_": "a", "channel": "b", "content": "x\ud800"}, "content is not valid Unicode"),
+        ({"from_": "\udfff", "channel": "b", "content": "x"}, "from is not valid Unicode"),
+        ({"from_": "a", "channel": "b", "content": "x", "instance_id": "i\ud800"}, "instanceId is not valid Unicode"),
     ],
 )
 def test_bad_send_arguments_change_nothing(mem: Replica, kwargs: dict[str, object], match: str) -> None:
@@ -130,6 +133,30 @@ def test_bad_check_arguments(mem: Replica) -> None:
         mem.check_messages("beta", since=-1)
     with pytest.raises(InvalidArgument, match="receiptIds must be a list"):
         mem.mark_as_read("abc")
+
+
+def test_integers_beyond_2_53_are_bad_arguments_not_store_errors(mem: Replica) -> None:
+    """Cursors beyond 2^53 - 1 (the largest integer JSON clients carry exactly; SQLite's end at 2^63 - 1)
+    and message ids with seqs of 2^63 or more are clear errors."""
+    sent = mem.send_message("alpha", "beta", "hi")
+    for since in (2**53, 2**63, 2**64):
+        with pytest.raises(InvalidArgument, match="since must be between 0 and 9007199254740991"):
+            mem.check_messages("beta", since=since)
+        with pytest.raises(InvalidArgument, match="since must be between"):
+            mem.search_messages("hi", since=since)
+    assert mem.check_messages("beta", since=2**53 - 1).messages == []
+    prefix = sent.id.split("-")[0]
+    for seq in (2**63, 10**19 - 1):
+        with pytest.raises(NotFound, match="unknown message id"):
+            mem.message_status(f"{prefix}-{seq}")
+
+
+def test_search_with_nul_or_surrogate_is_a_bad_argument(mem: Replica) -> None:
+    """A NUL (which would end FTS5's string) or a lone surrogate in a query is InvalidArgument."""
+    with pytest.raises(InvalidArgument, match="NUL"):
+        mem.search_messages("a\x00b")
+    with pytest.raises(InvalidArgument, match="not valid Unicode"):
+        mem.search_messages("a\ud800")
 
 
 def test_content_at_limit_is_accepted(mem: Replica) -> None:

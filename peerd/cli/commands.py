@@ -128,7 +128,10 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         raise CliError(f"the MCP server is not available: {exc}") from None
     cfg_file = homes.config_path(_home(args))
     fleet = load_config(cfg_file).fleet_id if cfg_file.exists() else None
-    asyncio.run(run_stdio(_home(args), role=args.role, instance=args.instance, fleet_id=fleet))
+    from peerd.feedlink import DaemonLink  # noqa: PLC0415
+
+    asyncio.run(run_stdio(_home(args), role=args.role, instance=args.instance, fleet_id=fleet,
+                          source=DaemonLink(_home(args))))
     return 0
 
 

@@ -1,56 +1,51 @@
-"""The peer sync protocol, sans-io: plain dicts in, plain dicts out.
+"""Sync rounds, sans-io: what a round asks, and how a replica answers (plain dicts in and out).
 
-Message kinds (msgpack maps, key ``t``; the transport seals them):
-
-* ``sync``  A->B  ``{n: A short id, p: A peer port, v: A vector}`` when A knows at most
-  ``FULL_VECTOR_MAX`` origins, else ``{n, p, d: digest(A vector)}``; reply ``{t: same}`` when
-  the vectors (or digests) match, else ``{t: diff, v: B vector, pg?: page}`` (a page of what A
-  lacks when A sent its vector).
+* ``sync``  A->B  ``{v: A vector}`` when A knows at most ``FULL_VECTOR_MAX`` origins, else
+  ``{d: digest(A vector)}``; reply ``{t: same}`` when the vectors (or digests) match, else
+  ``{t: diff, v: B vector, pg?: page}`` (a page of what A lacks when A sent its vector).
 * ``pull``  A->B  ``{w: {origin: A seq}}`` for the origins A lacks -> ``{t: page, o, r, m}``
 * ``push``  A->B  ``{o: [op, ...], r?: 1}`` -> ``{t: ok, new: count}`` (``r``: sent by a round,
   not a fresh write, so the receiver does not forward it)
-* ``peers`` A->B  ``{k: [peer, ...]}`` -> ``{t: peers, k: [peer, ...]}``
 
 Vectors and page ranges name origins by an 8-byte prefix of their key (ops
 themselves carry the full key), so an in-sync round costs a few dozen bytes.
 Invariants: a page holds every op of each origin in its stated range; a
 receiver's vector moves forward with every page it applies, so a round ends;
-``client_round`` never trusts a reply it has not checked.
+``client_round`` never trusts a reply it has not checked. The envelope
+(``n``, ``p``) is not added here: ``wire.stamp`` adds it to every request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from peerd.protocol.wire import (
+    DIFF,
+    OK,
+    PAGE,
+    PULL,
+    PUSH,
+    SAME,
+    SHORT,
+    SYNC,
+    Msg,
+    ProtocolError,
+    need,
+    short,
+    shorten,
+)
 from replica import vector as vec
-from replica.errors import RemoteError
 from replica.models import ApplyResult, Page
 
-SHORT = 8
-PROTOCOL_VERSION = 1
 FULL_VECTOR_MAX = 16  # send the whole vector up front when it has at most this many origins
-
-Msg = dict[str, Any]
-
-
-class ProtocolError(RemoteError):
-    """A peer sent a message that does not follow the protocol."""
 
 
 class SyncReplica(Protocol):
     def vector(self) -> dict[bytes, int]: ...
     def ops_missing(self, theirs: Mapping[bytes, int], byte_budget: int) -> Page: ...
     def apply(self, raws: Sequence[bytes]) -> ApplyResult: ...
-
-
-def short(key: bytes) -> bytes:
-    return key[:SHORT]
-
-
-def shorten(v: Mapping[bytes, int]) -> dict[bytes, int]:
-    return {short(k): n for k, n in v.items()}
 
 
 def expand(theirs_short: Mapping[bytes, int], ours: Mapping[bytes, int], default_ours: bool) -> dict[bytes, int]:
@@ -60,12 +55,6 @@ def expand(theirs_short: Mapping[bytes, int], ours: Mapping[bytes, int], default
 
 
 # -- checking what a peer sent ----------------------------------------------------------
-
-def _need(msg: Any, key: str, kind: type | tuple[type, ...]) -> Any:
-    if not isinstance(msg, dict) or key not in msg or not isinstance(msg[key], kind) or isinstance(msg[key], bool):
-        raise ProtocolError(f"message lacks a valid {key!r}")
-    return msg[key]
-
 
 def _short_vector(raw: Any, what: str) -> dict[bytes, int]:
     if not isinstance(raw, dict) or len(raw) > 100_000:
@@ -111,26 +100,26 @@ def handle_sync(rep: SyncReplica, msg: Msg, budget: int) -> Msg:
     if "v" in msg:  # small vectors come whole, with no digest
         theirs_short = _short_vector(msg["v"], "vector")
         if theirs_short == mine:
-            return {"t": "same"}
-        reply: Msg = {"t": "diff", "v": mine}
+            return {"t": SAME}
+        reply: Msg = {"t": DIFF, "v": mine}
         page = rep.ops_missing(expand(theirs_short, ours, default_ours=False), budget)
         if page.ops:
             reply["pg"] = encode_page(page, implicit_when_complete=True)
         return reply
-    if _need(msg, "d", bytes) == vec.digest(ours):
-        return {"t": "same"}
-    return {"t": "diff", "v": mine}
+    if need(msg, "d", bytes) == vec.digest(ours):
+        return {"t": SAME}
+    return {"t": DIFF, "v": mine}
 
 
 def handle_pull(rep: SyncReplica, msg: Msg, budget: int) -> Msg:
-    want = _short_vector(_need(msg, "w", dict), "want")
+    want = _short_vector(need(msg, "w", dict), "want")
     page = rep.ops_missing(expand(want, rep.vector(), default_ours=True), budget)
-    return {"t": "page", **encode_page(page)}
+    return {"t": PAGE, **encode_page(page)}
 
 
 def handle_push(rep: SyncReplica, msg: Msg) -> tuple[Msg, ApplyResult]:
-    result = rep.apply(_ops(_need(msg, "o", list)))
-    return {"t": "ok", "new": result.new}, result
+    result = rep.apply(_ops(need(msg, "o", list)))
+    return {"t": OK, "new": result.new}, result
 
 
 # -- client side ---------------------------------------------------------------------
@@ -142,10 +131,11 @@ class RoundResult:
     pushed: int = 0
     requests: int = 1
     their_vector: dict[bytes, int] | None = None
+    ours: dict[bytes, int] | None = None  # our vector (short ids) as the round ended
 
 
-def sync_request(ours: Mapping[bytes, int], me: bytes, port: int) -> Msg:
-    msg: Msg = {"t": "sync", "n": short(me), "p": port}
+def sync_request(ours: Mapping[bytes, int]) -> Msg:
+    msg: Msg = {"t": SYNC}
     if len(ours) <= FULL_VECTOR_MAX:
         msg["v"] = shorten(ours)
     else:
@@ -169,23 +159,24 @@ def _wants(ours: Mapping[bytes, int], theirs_short: Mapping[bytes, int]) -> dict
     return {s: mine.get(s, 0) for s, n in theirs_short.items() if n > mine.get(s, 0)}
 
 
-def client_round(
-    rep: SyncReplica, *, me: bytes, port: int, budget: int
-) -> Generator[Msg, Msg, RoundResult]:
-    """One push-pull round as a generator: yields requests, is sent replies."""
+def client_round(rep: SyncReplica, *, budget: int) -> Generator[Msg, Msg, RoundResult]:
+    """One push-pull round as a generator: yields requests, is sent replies. The result
+    carries our vector as the round ended, read in the round's last step (off the caller's
+    event loop when the caller steps the round on a worker thread)."""
     res = RoundResult()
-    reply = yield sync_request(rep.vector(), me, port)
-    if _need(reply, "t", str) == "same":
+    reply = yield sync_request(rep.vector())
+    if need(reply, "t", str) == SAME:
         res.same = True
+        res.ours = shorten(rep.vector())
         return res
-    theirs_short = _short_vector(_need(reply, "v", dict), "their vector")
+    theirs_short = _short_vector(need(reply, "v", dict), "their vector")
     res.their_vector = dict(theirs_short)
     more = bool(_wants(rep.vector(), theirs_short))
     if "pg" in reply:
         n, more = _apply_page(rep, reply["pg"])
         res.pulled += n
     while more and (wants := _wants(rep.vector(), theirs_short)):
-        reply = yield {"t": "pull", "w": wants}
+        reply = yield {"t": PULL, "w": wants}
         res.requests += 1
         n, more = _apply_page(rep, reply)  # ops may all be known already (a concurrent round got them)
         res.pulled += n
@@ -193,6 +184,7 @@ def client_round(
             raise ProtocolError("peer's page made no progress but claims more")
     res.pushed, pushes = yield from _push_missing(rep, theirs_short, budget)
     res.requests += pushes
+    res.ours = shorten(rep.vector())
     return res
 
 
@@ -205,9 +197,9 @@ def _push_missing(
         page = rep.ops_missing(theirs, budget)
         if not page.ops:
             return pushed, requests
-        reply = yield {"t": "push", "o": page.ops, "r": 1}  # r: part of a round, not to be forwarded
+        reply = yield {"t": PUSH, "o": page.ops, "r": 1}  # r: part of a round, not to be forwarded
         requests += 1
-        if _need(reply, "t", str) != "ok":
+        if need(reply, "t", str) != OK:
             raise ProtocolError("push was not acknowledged")
         pushed += len(page.ops)
         for origin, (_lo, hi) in page.ranges.items():
@@ -216,7 +208,15 @@ def _push_missing(
             return pushed, requests
 
 
-def drive(gen: Generator[Msg, Msg, RoundResult], server: Any) -> RoundResult:
+def step(gen: Generator[Msg, Msg, RoundResult], reply: Msg | None) -> tuple[Msg | None, RoundResult | None]:
+    """Advance a round by one reply (None to start it): the next request, or the result."""
+    try:
+        return (next(gen) if reply is None else gen.send(reply)), None
+    except StopIteration as stop:
+        return None, stop.value
+
+
+def drive(gen: Generator[Msg, Msg, RoundResult], server: Callable[[Msg], Msg]) -> RoundResult:
     """Run a client round against an in-memory ``server(msg) -> reply`` (tests, simulation)."""
     try:
         req = next(gen)
@@ -227,20 +227,18 @@ def drive(gen: Generator[Msg, Msg, RoundResult], server: Any) -> RoundResult:
         return result
 
 
+def kind_of(msg: Msg) -> str:
+    kind: str = need(msg, "t", str)
+    return kind
+
+
 def serve(rep: SyncReplica, msg: Msg, budget: int) -> Msg:
-    """Dispatch one request to its handler (the transport seals/unseals around this)."""
-    kind = _need(msg, "t", str)
-    if kind == "sync":
+    """Answer one round request (sync, pull or push) from ``rep``."""
+    kind = kind_of(msg)
+    if kind == SYNC:
         return handle_sync(rep, msg, budget)
-    if kind == "pull":
+    if kind == PULL:
         return handle_pull(rep, msg, budget)
-    if kind == "push":
+    if kind == PUSH:
         return handle_push(rep, msg)[0]
     raise ProtocolError(f"unknown message kind {kind!r}")
-
-
-def peers_from(raw: Any) -> Iterable[Msg]:
-    """Peer records from an exchange message, checked."""
-    for p in _need(raw, "k", list)[:1000]:
-        if isinstance(p, dict) and isinstance(p.get("a"), str) and isinstance(p.get("p"), int):
-            yield p

@@ -1,0 +1,116 @@
+"""The peer protocol, sans-io: bytes and values in, bytes and values out.
+
+The protocol owns everything that crosses the wire; a node only seals, sends
+and schedules (``peerd.node``), through a transport (``peerd.transport``).
+
+* ``wire``      message kinds, the envelope (``n``, ``p``, ``nm``, ``c``), the msgpack codec
+* ``rounds``    a sync round: the client as a generator, the answers to sync, pull and push
+* ``exchange``  peer exchange: records, names
+* ``dispatch``  one request in, the reply and what the node must do out (the forwarding rule)
+* ``catchup``   catch-up accounting on vectors
+
+Invariants: nothing here does I/O, sleeps or touches asyncio; replica work goes
+through the ``SyncReplica`` calls only; every check of what a peer sent raises
+``ProtocolError`` (a ``RemoteError``), never a library exception.
+"""
+
+from peerd.protocol.catchup import CATCHUP_REPORT, Progress, advance_known, behind, reply_vector, start_catchup
+from peerd.protocol.dispatch import KINDS, Here, Outcome, Request, decode_request, dispatch, forwarded
+from peerd.protocol.exchange import Learnt, PeerRecord, learn, peers_message, probe
+from peerd.protocol.rounds import (
+    FULL_VECTOR_MAX,
+    RoundResult,
+    SyncReplica,
+    client_round,
+    drive,
+    encode_page,
+    expand,
+    handle_pull,
+    handle_push,
+    handle_sync,
+    serve,
+    step,
+    sync_request,
+)
+from peerd.protocol.wire import (
+    DIFF,
+    ERROR,
+    OK,
+    PAGE,
+    PEERS,
+    PROTOCOL_VERSION,
+    PULL,
+    PUSH,
+    SAME,
+    SHORT,
+    SYNC,
+    Envelope,
+    Msg,
+    ProtocolError,
+    decode,
+    encode,
+    envelope,
+    error_reply,
+    refusal,
+    short,
+    shorten,
+    sign_reply,
+    stamp,
+)
+
+__all__ = [
+    "CATCHUP_REPORT",
+    "DIFF",
+    "ERROR",
+    "FULL_VECTOR_MAX",
+    "KINDS",
+    "OK",
+    "PAGE",
+    "PEERS",
+    "PROTOCOL_VERSION",
+    "PULL",
+    "PUSH",
+    "SAME",
+    "SHORT",
+    "SYNC",
+    "Envelope",
+    "Here",
+    "Learnt",
+    "Msg",
+    "Outcome",
+    "PeerRecord",
+    "Progress",
+    "ProtocolError",
+    "Request",
+    "RoundResult",
+    "SyncReplica",
+    "advance_known",
+    "behind",
+    "client_round",
+    "decode",
+    "decode_request",
+    "dispatch",
+    "drive",
+    "encode",
+    "encode_page",
+    "envelope",
+    "error_reply",
+    "expand",
+    "forwarded",
+    "handle_pull",
+    "handle_push",
+    "handle_sync",
+    "learn",
+    "peers_message",
+    "probe",
+    "refusal",
+    "reply_vector",
+    "serve",
+    "short",
+    "shorten",
+    "sign_reply",
+    "stamp",
+    "start_catchup",
+    "step",
+    "sync_request",
+]

@@ -1,0 +1,72 @@
+"""Peer exchange (``peers``): the peers a node can reach, and the names nodes go by.
+
+Request and reply are alike: ``{t: peers, nm: <own name>, k: [record, ...]}``, a
+record being ``{a: host, p: port, n: short id | nil, nm: name | nil, s: seconds
+since heard from}``. ``peerd doctor`` probes with ``{t: peers, k: []}``: no
+envelope, so the answerer records nothing about the prober.
+
+Invariants: at most ``RECORDS_MAX`` records are taken from one message; a
+record without a string host and an integer port is skipped; a name is kept
+only when it is a string of 1 to ``NAME_MAX`` characters and names a known
+node id. What is learnt is a candidate, never a working peer: that takes a
+sealed request the candidate answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from peerd.protocol.wire import PEERS, Msg, envelope, need, node_name
+
+RECORDS_MAX = 1000
+
+
+@dataclass(frozen=True)
+class PeerRecord:
+    """One peer as an exchange names it."""
+
+    host: str
+    port: int
+    node: bytes | None = None
+    name: str | None = None
+    seen_ago: float = 0.0  # seconds since the sender last heard from it (not used by a receiver)
+
+    def to_wire(self) -> Msg:
+        return {"a": self.host, "p": self.port, "n": self.node, "nm": self.name, "s": round(self.seen_ago, 1)}
+
+
+@dataclass(frozen=True)
+class Learnt:
+    """What an exchange message taught: peer candidates, and (node, name) pairs."""
+
+    peers: tuple[PeerRecord, ...] = ()
+    names: tuple[tuple[bytes, str], ...] = ()
+
+
+def peers_message(name: str, records: Sequence[PeerRecord]) -> Msg:
+    return {"t": PEERS, "nm": name, "k": [r.to_wire() for r in records]}
+
+
+def probe() -> Msg:
+    """A ``peers`` request that names nothing of ours (``peerd doctor``)."""
+    return {"t": PEERS, "k": []}
+
+
+def _record(raw: object) -> PeerRecord | None:
+    if not isinstance(raw, dict):
+        return None
+    host, port, node = raw.get("a"), raw.get("p"), raw.get("n")
+    if not isinstance(host, str) or not isinstance(port, int) or isinstance(port, bool):
+        return None
+    return PeerRecord(host, port, node if isinstance(node, bytes) else None, node_name(raw.get("nm")))
+
+
+def learn(msg: Msg) -> Learnt:
+    """Candidates and names from a ``peers`` request or reply (its sender's own name included)."""
+    records = [r for r in map(_record, need(msg, "k", list)[:RECORDS_MAX]) if r is not None]
+    names = [(r.node, r.name) for r in records if r.node is not None and r.name is not None]
+    sender = envelope(msg)
+    if sender.sender is not None and sender.name is not None:
+        names.append((sender.sender, sender.name))
+    return Learnt(tuple(records), tuple(names))

@@ -1,0 +1,55 @@
+"""The rooms of docs/architecture.md import only what they may (read from the source, not run)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+OURS = ("replica", "discovery", "mcp_server", "peerd")
+IO = ("asyncio", "aiohttp", "socket", "sqlite3", "uvicorn", "starlette")
+
+
+def imports(module_path: Path) -> set[str]:
+    """Top-level names of every module ``module_path`` imports (absolute imports only)."""
+    tree = ast.parse(module_path.read_text(), str(module_path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def imported_by(room: str) -> dict[str, set[str]]:
+    folder = ROOT.joinpath(*room.split("."))
+    files = sorted(folder.rglob("*.py")) if folder.is_dir() else [folder.with_suffix(".py")]
+    return {str(f.relative_to(ROOT)): imports(f) for f in files}
+
+
+def offenders(room: str, allowed: tuple[str, ...], banned: tuple[str, ...] = ()) -> dict[str, list[str]]:
+    """Imports of ``room`` that reach into one of our packages not in ``allowed``, or into ``banned``."""
+    out: dict[str, list[str]] = {}
+    for path, names in imported_by(room).items():
+        bad = [n for n in sorted(names)
+               if (n.split(".")[0] in OURS and not n.startswith(allowed)) or n.split(".")[0] in banned]
+        if bad:
+            out[path] = bad
+    return out
+
+
+@pytest.mark.parametrize(("room", "allowed", "banned"), [
+    ("replica", ("replica",), ("asyncio", "aiohttp")),
+    ("discovery", ("discovery",), ()),
+    ("mcp_server", ("mcp_server", "replica"), ()),
+    ("peerd.protocol", ("peerd.protocol", "replica"), IO),
+    ("peerd.transport", ("peerd.errors",), ()),
+    ("peerd.peers", ("peerd.protocol", "replica"), IO),
+])
+def test_each_room_imports_only_what_it_may(room: str, allowed: tuple[str, ...], banned: tuple[str, ...]) -> None:
+    """replica, discovery, mcp_server, the sans-io protocol, the transport and the peer table stay in their lanes."""
+    assert imported_by(room), f"no source found for {room}"
+    assert offenders(room, allowed, banned) == {}
