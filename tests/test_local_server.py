@@ -271,12 +271,12 @@ def test_a_300_mb_declared_body_is_refused_unread(daemon: Daemon) -> None:
         while chunk := s.recv(65536):  # the daemon answers and closes: it will read nothing more
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 413 ")
-    assert answer.endswith(b'{"error":"request body over 1048576 bytes"}')
+    assert answer.endswith(b'{"error":"request body over 6291456 bytes"}')
     assert rss_kib(pid) - before < 4 * 1024
 
 
 def test_a_chunked_body_is_cut_off_at_the_limit(daemon: Daemon) -> None:
-    """A chunked body with no length is counted while read: 413 once past 1 MiB, not buffered to 300 MB."""
+    """A chunked body with no length is counted while read: 413 once past 6 MiB, not buffered to 300 MB."""
     port, pid = daemon.info["local_port"], daemon.info["pid"]
     before = rss_kib(pid)
     chunk = 64 * 1024
