@@ -258,7 +258,8 @@ class AppendArgs(Args):
 
 class PollArgs(Args):
     thread_id: str = Field(description="The thread id.")
-    after_seq: int = Field(0, ge=0, description="Only messages with seq greater than this (0 = from the start).")
+    after_seq: int = Field(0, ge=0, le=MAX_SAFE_INT,
+                           description="Only messages with seq greater than this (0 = from the start).")
     limit: int = Field(MAX_LIMIT, ge=1, le=MAX_LIMIT, description="Most messages to return.")
     wait: float = Field(0.0, ge=0, description=_WAIT)
 
@@ -266,7 +267,7 @@ class PollArgs(Args):
 class MarkReadArgs(Args):
     thread_id: str = Field(description="The thread id.")
     agent_name: str = Field(description="The reading agent's name.")
-    seq: int = Field(ge=0, description="Mark every thread message with seq up to this one read.")
+    seq: int = Field(ge=0, le=MAX_SAFE_INT, description="Mark every thread message with seq up to this one read.")
 
 
 # -- results -----------------------------------------------------------------------------

@@ -119,7 +119,8 @@ class ReplicaCore:
         with self._store.write() as cur:
             top, last = cur.execute(LAST_OWN, (self._self_oid,)).fetchone()
             seq = int(top or 0) + 1
-            stamp = hlcmod.tick(int(last or 0), self._wall())
+            now = self._wall()  # one reading: a local op arrives when it is created
+            stamp = hlcmod.tick(int(last or 0), now)
             body = make_body(seq, stamp)
             if kind != KIND_MSG:  # message bodies are built from arguments checked by the caller
                 try:
@@ -130,7 +131,7 @@ class ReplicaCore:
             if len(raw) > opsmod.MAX_OP_BYTES:  # peers would refuse it, and sync would stall on it
                 raise InvalidArgument(f"the change is {len(raw)} bytes as an op; the limit is {opsmod.MAX_OP_BYTES}")
             op = Op(self.node_key, seq, stamp, kind, body, raw)
-            lseq = store.store_op(cur, self._self_oid, op, self._wall())
+            lseq = store.store_op(cur, self._self_oid, op, now)
             assert lseq is not None
         self._notify()
         return lseq, op

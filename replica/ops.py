@@ -33,6 +33,9 @@ from replica.errors import InvalidOp, Undecodable
 VERSION = 1
 MAX_CONTENT_BYTES = 900_000  # VantagePeers' limit: 900,000 bytes of UTF-8
 MAX_OP_BYTES = 1024 * 1024  # a message of MAX_CONTENT_BYTES plus its header, names and signature
+# A local JSON request (API or MCP) that carries one largest content even with every byte escaped
+# (\u0001 is 6 bytes), plus the rest of the request: every local body limit uses this one.
+MAX_JSON_REQUEST_BYTES = 6 * 1024 * 1024
 MAX_NAME_CHARS = 256
 MAX_WRITES_PER_OP = 1000
 ORIGIN_BYTES = 32

@@ -13,13 +13,19 @@ from replica.lww import Write
 from replica.store import Store
 from tests.conftest import pull
 
-ROLES = ["a", "b", "c"]
+ROLES = ["a", "b", "c", "A", "É", "e\u0301"]
+PROFILE_VALUES = st.one_of(
+    st.text(max_size=5),
+    st.fixed_dictionaries({}, optional={"currentTask": st.text(max_size=5), "sessionCount": st.integers(0, 9)}),
+)
 
 action = st.one_of(
-    st.tuples(st.just("send"), st.sampled_from(ROLES), st.sampled_from(["a", "b", "a,c", "broadcast"]), st.text(max_size=8)),
-    st.tuples(st.just("profile"), st.sampled_from(["p1", "p2"]), st.sampled_from(["name", "static", "dynamic"]), st.text(max_size=5)),
+    st.tuples(st.just("send"), st.sampled_from(ROLES), st.sampled_from(["a", "B", "a,c", "é, A", "broadcast"]), st.text(max_size=8)),
+    st.tuples(st.just("profile"), st.sampled_from(["p1", "P1", "p2"]), st.sampled_from(["name", "static", "dynamic"]), PROFILE_VALUES),
+    st.tuples(st.just("summary"), st.sampled_from(["p1", "P1"]), st.sampled_from([None, "i1", "I1"]), st.text(max_size=5)),
     st.tuples(st.just("check"), st.sampled_from(ROLES), st.none(), st.none()),
     st.tuples(st.just("read"), st.sampled_from(ROLES), st.none(), st.none()),
+    st.tuples(st.just("retract"), st.sampled_from(ROLES), st.none(), st.none()),
     st.tuples(st.just("agent"), st.sampled_from(["x", "y"]), st.booleans(), st.none()),
 )
 
@@ -29,7 +35,13 @@ def _run(r: Replica, act: tuple[Any, ...]) -> None:
     if kind == "send":
         r.send_message(a, b, c)
     elif kind == "profile":
-        r.update_profile(a, **{b: c})
+        r.update_profile(a, **{b: c if b != "name" or isinstance(c, str) else str(c)})
+    elif kind == "summary":
+        r.set_summary(a, c, b)
+    elif kind == "retract":
+        mine = [m for m in r.list_messages(from_=a).messages if m.retracted is None]
+        if mine:
+            r.retract_message(mine[0].id, a)
     elif kind == "check":
         r.check_messages(a)
     elif kind == "read":
