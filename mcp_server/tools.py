@@ -226,8 +226,10 @@ def inbox_item(m: InboxMessage) -> s.InboxItem:
 
 def profile_out(p: Profile) -> s.ProfileOut:
     """A profile with VantagePeers' defaults for what was never written (shown, not stored)."""
-    static = {"role": "", "workspace": "", "capabilities": [], **p.static}
-    dynamic = {"lastSeen": ms(p.updated), "sessionCount": 0, **p.dynamic}
+    static = {**p.static, **{k: v for k, v in (("role", ""), ("workspace", ""), ("capabilities", []))
+                             if k not in p.static}}
+    dynamic = {**p.dynamic, **{k: v for k, v in (("lastSeen", ms(p.updated)), ("sessionCount", 0))
+                               if k not in p.dynamic}}
     return s.ProfileOut(orchestrator_id=p.orchestrator_id, instance_id=p.instance_id,
                         name=p.name if p.name is not None else p.instance_id or p.orchestrator_id,
                         static=static, dynamic=dynamic, created_at=ms(p.created), updated_at=ms(p.updated))
