@@ -153,7 +153,7 @@ class Messaging(ReplicaCore):
         """The last local position that had arrived at or before ``arrived_ms`` (Unix ms)."""
         when = check_count(arrived_ms, "arrived_after_ms")
         with self._store.read() as cur:
-            return int(cur.execute("SELECT coalesce(max(lseq), 0) FROM ops WHERE arrived <= ?", (when,)).fetchone()[0])
+            return store.position_at(cur, when)
 
     def check_messages(self, recipient: str, recipient_instance_id: str | None = None,
                        since: int | None = None, limit: int = DEFAULT_LIMIT, *,

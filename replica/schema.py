@@ -75,7 +75,9 @@ INSERT INTO meta(k, v) VALUES ('fts_upto', 0);
 # v3: names match by key (``names.name_key``) and VantagePeers' message fields. Each message
 # row gains its matching keys (sender, sender instance, channel, target instance), its session
 # day and tenant, and its retraction mark; every op gains its local arrival time in Unix ms,
-# never decreasing along lseq, so a timestamp maps to an arrival position. ``retractions``
+# never decreasing along lseq, so a timestamp maps to an arrival position by a binary search
+# over lseq (no index needed). list_messages' filters scan newest first without an index of
+# their own: an audit tool should not slow every write down. ``retractions``
 # holds every retraction op's (message, role, stamp), whether or not its message is here yet.
 # Profiles become one row per (role) or (role, instance), their fields read from ``lww``.
 # The store then recomputes the keys of existing rows and rebuilds the receipt and profile
@@ -96,9 +98,6 @@ CREATE VIEW messages AS
            skey, sikey, ckey, tkey, sday, tenant, retracted, arrived
     FROM ops WHERE id IS NOT NULL;
 CREATE INDEX messages_by_ckey ON ops(ckey, lseq) WHERE ckey IS NOT NULL;
-CREATE INDEX messages_by_sender ON ops(skey, lseq) WHERE id IS NOT NULL;
-CREATE INDEX messages_by_day ON ops(sday, lseq) WHERE id IS NOT NULL;
-CREATE INDEX ops_by_arrival ON ops(arrived);
 CREATE TABLE retractions(
     msg_id TEXT NOT NULL, by_key TEXT NOT NULL, hlc INTEGER NOT NULL, PRIMARY KEY(msg_id, by_key, hlc)
 ) WITHOUT ROWID;

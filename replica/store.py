@@ -192,14 +192,30 @@ def message_columns(body: dict[str, Any], hlc: int) -> tuple[Any, ...]:
     )
 
 
-def _last_arrival(cur: sqlite3.Cursor) -> int:
+def arrival_time(cur: sqlite3.Cursor, wall_ms: int) -> int:
+    """The arrival time of ops stored now, in this write transaction: the wall clock, but never
+    before the last op's (so arrival times never decrease along lseq)."""
     row = cur.execute("SELECT arrived FROM ops ORDER BY lseq DESC LIMIT 1").fetchone()
-    return int(row[0]) if row else 0
+    return max(wall_ms, int(row[0]) if row else 0)
+
+
+def position_at(cur: sqlite3.Cursor, arrived_ms: int) -> int:
+    """The highest lseq whose op arrived at or before ``arrived_ms`` (0 if none): a binary search,
+    as arrival times never decrease along lseq."""
+    lo, hi = 0, int(cur.execute("SELECT coalesce(max(lseq), 0) FROM ops").fetchone()[0])
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        row = cur.execute("SELECT lseq, arrived FROM ops WHERE lseq >= ? ORDER BY lseq LIMIT 1", (mid,)).fetchone()
+        if int(row[1]) <= arrived_ms:
+            lo = int(row[0])
+        else:
+            hi = mid - 1
+    return lo
 
 
 def store_op(cur: sqlite3.Cursor, oid: int, op: Op, arrived: int) -> int | None:
-    """Store ``op`` (landing at wall time ``arrived``) with its projections; its lseq if new, None if held."""
-    arrived = max(arrived, _last_arrival(cur))
+    """Store ``op`` with its projections; its lseq if new, None if held. ``arrived`` comes from
+    ``arrival_time`` in the same transaction."""
     if op.kind == KIND_MSG:
         b = op.body
         cur.execute(
@@ -223,7 +239,9 @@ def materialize(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
     """Project a newly stored op (its message columns are already in its row)."""
     if op.kind == KIND_MSG:
         _file_routes(cur, lseq, op.body["c"], op.body["t"])
-        settle_retraction(cur, message_id(op.origin, op.seq))
+        mid = message_id(op.origin, op.seq)
+        if cur.execute("SELECT 1 FROM retractions WHERE msg_id = ? LIMIT 1", (mid,)).fetchone():
+            settle_retraction(cur, mid)  # its retraction came first
     elif op.kind == KIND_RETRACT:
         cur.execute("INSERT OR IGNORE INTO retractions(msg_id, by_key, hlc) VALUES (?, ?, ?)",
                     (op.body["m"], name_key(op.body["f"]), op.hlc))

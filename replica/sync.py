@@ -98,12 +98,12 @@ class Sync(ReplicaCore):
         new_oids: dict[bytes, int] = {}
         with self._store.write() as cur:
             touched: set[int] = set()
-            now = self._wall()
+            arrived = store.arrival_time(cur, self._wall())
             for i, op in enumerate(decoded):
                 oid = self._oids.get(op.origin) or new_oids.get(op.origin)
                 if oid is None:
                     oid = new_oids[op.origin] = store.origin_id(cur, op.origin)
-                lseq = store.store_op(cur, oid, op, now)
+                lseq = store.store_op(cur, oid, op, arrived)
                 if lseq is not None:
                     new.append(lseq)
                     new_index.append(positions[i])
