@@ -8,6 +8,12 @@ Invariants:
   synchronous function to ``Call.run`` (a worker thread).
 * Session binding fills in the caller's role and instance; explicit arguments
   win. The bound instance applies only to the bound role.
+* Results use VantagePeers' names and forms (``messageId``, ``from``,
+  ``createdAt`` in Unix ms...); the views from replica values to results are
+  pure functions (``message_out``, ``profile_out``, ``merge_peers``...).
+* ``since`` is read by ``replica.stamps.parse_since`` against this replica's
+  newest position and this machine's clock: a cursor or an arrival time, or
+  ``invalid_argument``; never an empty inbox by mistake.
 * ``wait`` blocks through the ``Waiter`` (the process's change feed, no
   polling), capped at ``MAX_WAIT_SECONDS``; the change mark is taken before
   each look.

@@ -87,8 +87,10 @@ _LOG_QUERY = (
     "SELECT m.lseq, m.id, m.sender, m.sender_inst, m.channel, m.to_inst, m.thread, m.content, m.hlc, a.name"
     " FROM ops m LEFT JOIN agents a ON m.thread IS NOT NULL AND a.id = m.sender"
 )
-_RECORD = "m.lseq, m.id, m.sender, m.sender_inst, m.channel, m.to_inst, m.thread, m.content, m.hlc, m.sday," \
-          " m.tenant, m.retracted"
+_RECORD = (
+    "m.lseq, m.id, m.sender, m.sender_inst, m.channel, m.to_inst, m.thread, m.content, m.hlc, m.sday,"
+    " m.tenant, m.retracted"
+)
 
 
 def _merged(scans: list[Any], *, newest_first: bool) -> list[Any]:
