@@ -23,6 +23,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from replica.api import DEFAULT_LIMIT, MAX_LIMIT
+from replica.checks import MAX_SEQ
 from replica.ops import MAX_CONTENT_BYTES, MAX_SESSION_DAY
 from replica.stamps import MAX_SAFE_INT
 
@@ -228,7 +229,7 @@ class SearchMessagesArgs(Args):
 
 
 class CreateAgentArgs(Args):
-    name: str = Field(description="The new agent's unique name.")
+    name: str = Field(description="The agent's name; an existing agent of that name is returned.")
 
 
 class DeleteAccountArgs(Args):
@@ -258,7 +259,7 @@ class AppendArgs(Args):
 
 class PollArgs(Args):
     thread_id: str = Field(description="The thread id.")
-    after_seq: int = Field(0, ge=0, le=MAX_SAFE_INT,
+    after_seq: int = Field(0, ge=0, le=MAX_SEQ,
                            description="Only messages with seq greater than this (0 = from the start).")
     limit: int = Field(MAX_LIMIT, ge=1, le=MAX_LIMIT, description="Most messages to return.")
     wait: float = Field(0.0, ge=0, description=_WAIT)
@@ -267,7 +268,7 @@ class PollArgs(Args):
 class MarkReadArgs(Args):
     thread_id: str = Field(description="The thread id.")
     agent_name: str = Field(description="The reading agent's name.")
-    seq: int = Field(ge=0, le=MAX_SAFE_INT, description="Mark every thread message with seq up to this one read.")
+    seq: int = Field(ge=0, le=MAX_SEQ, description="Mark every thread message with seq up to this one read.")
 
 
 # -- results -----------------------------------------------------------------------------
@@ -465,6 +466,7 @@ class WhoamiOut(Camel):
 class AgentOut(Snake):
     agent_id: str
     name: str
+    created: bool = Field(description="False when an agent of that name already existed (it is returned).")
 
 
 class DeletedOut(Snake):
@@ -484,6 +486,7 @@ class ThreadInfoOut(Snake):
     participants: list[str]
     message_count: int
     latest_activity: str | None
+    latest_message: ThreadMessageOut | None
 
 
 class ThreadStatusOut(Snake):

@@ -72,7 +72,19 @@ CREATE TABLE senders(
 INSERT INTO meta(k, v) VALUES ('fts_upto', 0);
 """
 
-# v3: names match by key (``names.name_key``) and VantagePeers' message fields. Each message
+# Per-thread numbers: ``thread_seqs`` gives each thread message its number
+# within its thread, 1, 2, 3, ... in the order it landed in this replica (the
+# ``seq`` of the thread API and tools); a projection of the ops like the others.
+# Existing thread messages are numbered per thread by lseq, the order they landed in.
+SCHEMA_THREAD_SEQS = """
+CREATE TABLE thread_seqs(lseq INTEGER PRIMARY KEY, thread TEXT NOT NULL, tseq INTEGER NOT NULL);
+CREATE UNIQUE INDEX thread_seqs_by_thread ON thread_seqs(thread, tseq);
+INSERT INTO thread_seqs(lseq, thread, tseq)
+    SELECT lseq, thread, row_number() OVER (PARTITION BY thread ORDER BY lseq) FROM ops
+    WHERE thread IS NOT NULL AND id IS NOT NULL
+"""
+
+# v4: names match by key (``names.name_key``) and VantagePeers' message fields. Each message
 # row gains its matching keys (sender, sender instance, channel, target instance), its session
 # day and tenant, and its retraction mark; every op gains its local arrival time in Unix ms,
 # never decreasing along lseq, so a timestamp maps to an arrival position by a binary search
@@ -81,8 +93,8 @@ INSERT INTO meta(k, v) VALUES ('fts_upto', 0);
 # holds every retraction op's (message, role, stamp), whether or not its message is here yet.
 # Profiles become one row per (role) or (role, instance), their fields read from ``lww``.
 # The store then recomputes the keys of existing rows and rebuilds the receipt and profile
-# registers from the ops (``store.rebuild_v3``): signed op bodies never change.
-SCHEMA_V3 = """
+# registers from the ops (``store.rebuild_keys``): signed op bodies never change.
+SCHEMA_KEYS = """
 ALTER TABLE ops ADD COLUMN skey TEXT;
 ALTER TABLE ops ADD COLUMN sikey TEXT;
 ALTER TABLE ops ADD COLUMN ckey TEXT;
@@ -113,6 +125,6 @@ CREATE TABLE senders(
 ) WITHOUT ROWID;
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3)
+MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_THREAD_SEQS, SCHEMA_KEYS)
 LATEST = len(MIGRATIONS)
-KEYED = 3  # the version from which rows carry name keys (older files are rebuilt on upgrade)
+KEYED = 4  # the version from which rows carry name keys (older files are rebuilt on upgrade)

@@ -6,6 +6,9 @@ Invariants:
   allocates seqs and lseqs inside that transaction.
 * ``store_op`` is idempotent: an op already held (same origin and seq) is
   ignored, and the projections are touched only for a newly stored op.
+* A thread message's number in its thread (``thread_seqs.tseq``) is the next
+  one of its thread, taken as it lands (inside the write transaction): 1, 2,
+  3, ... per thread, no gaps, in this replica's arrival order.
 * LWW projections change only when the register write wins: ``_LWW_UPSERT`` is
   ``lww.wins`` in SQL, and ``tests/test_crdt_properties.py`` checks the two agree.
 * Names are matched by key (``names.name_key``): a message row carries the
@@ -103,12 +106,14 @@ class Store:
                 version = int(row[0]) if row else 0
             if version > schema.LATEST:
                 raise StoreError(f"replica schema v{version} is newer than this peerd (v{schema.LATEST})")
+            if version == 0:
+                _require_empty(cur, self.path)
             for script in schema.MIGRATIONS[version:]:
                 for stmt in script.split(";"):
                     if stmt.strip():
                         cur.execute(stmt)
             if version < schema.KEYED:
-                rebuild_v3(cur)
+                rebuild_keys(cur)
             cur.execute(
                 "INSERT INTO meta(k, v) VALUES ('schema_version', ?) "
                 "ON CONFLICT(k) DO UPDATE SET v = excluded.v", (schema.LATEST,),
@@ -153,6 +158,14 @@ class Store:
                 if outer:
                     with suppress(sqlite3.Error):
                         self.conn.execute("COMMIT")
+
+
+def _require_empty(cur: sqlite3.Cursor, path: str) -> None:
+    """A database without peerd's schema must be empty: another program's tables are never
+    taken over (say, a file of another message bus opened by mistake)."""
+    tables = [r[0] for r in cur.execute("SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' LIMIT 5")]
+    if tables:
+        raise StoreError(f"{path} is not a peerd replica: it holds other tables ({', '.join(tables)})")
 
 
 def check_file(path: str | Path, *, timeout: float = 10.0) -> FileCheck:
@@ -235,9 +248,19 @@ def store_op(cur: sqlite3.Cursor, oid: int, op: Op, arrived: int) -> int | None:
     return lseq
 
 
+# A thread message takes the next number of its thread as it lands: inside the write
+# transaction, so numbers are unique per thread and follow this replica's arrival order.
+_NUMBER_IN_THREAD = (
+    "INSERT OR IGNORE INTO thread_seqs(lseq, thread, tseq) VALUES (?1, ?2,"
+    " coalesce((SELECT tseq FROM thread_seqs WHERE thread = ?2 ORDER BY tseq DESC LIMIT 1), 0) + 1)"
+)
+
+
 def materialize(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
     """Project a newly stored op (its message columns are already in its row)."""
     if op.kind == KIND_MSG:
+        if op.body["t"] is not None:
+            cur.execute(_NUMBER_IN_THREAD, (lseq, op.body["t"]))
         _file_routes(cur, lseq, op.body["c"], op.body["t"])
         mid = message_id(op.origin, op.seq)
         if cur.execute("SELECT 1 FROM retractions WHERE msg_id = ? LIMIT 1", (mid,)).fetchone():
@@ -399,12 +422,13 @@ _PROJECT = {
 }
 
 
-# -- schema v3: recompute what older files lack, from the ops ---------------------------------------
+# -- schema v4: recompute what older files lack, from the ops ---------------------------------------
 
 
-def rebuild_v3(cur: sqlite3.Cursor) -> None:
-    """Name keys, session days, routes, arrival times, receipts, profiles and senders of a file
-    written before v3, recomputed from the ops (their signed bodies are left as they are)."""
+def rebuild_keys(cur: sqlite3.Cursor) -> None:
+    """Name keys, session days, routes, arrival times, every register (receipts, profiles,
+    agents, threads, members) and the senders of a file written before v4, recomputed from the
+    ops (their signed bodies are left as they are)."""
     rows = cur.execute("SELECT lseq, blob FROM ops WHERE id IS NOT NULL").fetchall()
     cur.execute("DELETE FROM routes")
     for lseq, blob in rows:
@@ -416,23 +440,19 @@ def rebuild_v3(cur: sqlite3.Cursor) -> None:
     for lseq, hlc in cur.execute("SELECT lseq, hlc FROM ops ORDER BY lseq").fetchall():
         arrived = max(arrived, wall_of(int(hlc or 0)))
         cur.execute("UPDATE ops SET arrived = ? WHERE lseq = ?", (arrived, lseq))
-    _rebuild_registers(cur, ("rcpt", "prof"))
+    _rebuild_registers(cur)
     cur.execute(
         "INSERT INTO senders(rkey, ikey, role, inst, hlc)"
         " SELECT skey, sikey, sender, sender_inst, max(hlc) FROM ops"
         " WHERE id IS NOT NULL AND thread IS NULL AND lseq <= ? GROUP BY skey, sikey", (_fts_upto(cur),))
 
 
-def _rebuild_registers(cur: sqlite3.Cursor, tables: tuple[str, ...]) -> None:
-    """Replay every write to ``tables`` (LWW: the order does not matter) into fresh projections."""
-    marks = ",".join("?" * len(tables))
-    cur.execute(f"DELETE FROM lww WHERE tbl IN ({marks})", tables)
-    cur.execute("DELETE FROM receipts")
-    cur.execute("DELETE FROM profiles")
+def _rebuild_registers(cur: sqlite3.Cursor) -> None:
+    """Replay every register write (LWW: the order does not matter) into fresh projections."""
+    for table in ("lww", "receipts", "profiles", "agents", "members", "threads"):
+        cur.execute(f"DELETE FROM {table}")
     for (blob,) in cur.execute("SELECT blob FROM ops WHERE id IS NULL").fetchall():
         op = read_stored(bytes(blob))
-        if op.kind != KIND_SET:
-            continue
-        for write in op.body["w"]:
-            if write[0] in tables:
+        if op.kind == KIND_SET:
+            for write in op.body["w"]:
                 put_register(cur, write, op.hlc, op.origin)

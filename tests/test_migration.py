@@ -8,44 +8,11 @@ from typing import Any
 
 from replica import Replica, hlc, identity, ops, routing, schema
 from replica.store import receipt_id
+from tests.oldfiles import write_v2_file
 
 
 def set_op(ident: identity.Identity, seq: int, stamp: int, writes: list[list[Any]]) -> bytes:
     return ops.encode(ident.public_key, seq, stamp, ops.KIND_SET, {"w": writes}, sign=ident.sign)
-
-
-def write_v2_file(path: Path, raws: list[bytes]) -> None:
-    """A file as peerd wrote it at schema v2: ops with their message columns, names as written, and
-    projections keyed by the names as written (stale ones included, which the upgrade must replace)."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    for script in (schema.SCHEMA_V1, schema.SCHEMA_V2):
-        for stmt in script.split(";"):
-            if stmt.strip():
-                conn.execute(stmt)
-    conn.execute("INSERT INTO meta(k, v) VALUES ('schema_version', 2)")
-    oids: dict[bytes, int] = {}
-    for raw in raws:
-        op = ops.decode(raw)
-        oid = oids.setdefault(op.origin, len(oids) + 1)
-        conn.execute("INSERT OR IGNORE INTO origins(oid, node, contig, top, hlc) VALUES (?, ?, 0, 0, 0)",
-                     (oid, op.origin))
-        conn.execute("UPDATE origins SET contig = ?, top = ? WHERE oid = ?", (op.seq, op.seq, oid))
-        if op.kind == ops.KIND_MSG:
-            b = op.body
-            conn.execute(
-                "INSERT INTO ops(oid, seq, blob, id, sender, sender_inst, channel, to_inst, thread, content, hlc)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (oid, op.seq, raw, ops.message_id(op.origin, op.seq), b["f"], b["fi"], b["c"], b["ti"], b["t"],
-                 b["x"], op.hlc))
-            roles = [r.strip() for r in b["c"].split(",")]
-            if len(roles) > 1:
-                conn.executemany("INSERT INTO routes(role, lseq) VALUES (?, last_insert_rowid())", [(r,) for r in roles])
-        else:
-            conn.execute("INSERT INTO ops(oid, seq, blob, hlc) VALUES (?, ?, ?, ?)", (oid, op.seq, raw, op.hlc))
-    mid = conn.execute("SELECT id FROM ops WHERE id IS NOT NULL ORDER BY lseq LIMIT 1").fetchone()[0]
-    conn.execute("INSERT INTO receipts VALUES (?, 'TAU', '', ?, 5, NULL)", (mid, receipt_id(mid, "TAU", "")))
-    conn.execute("INSERT INTO profiles VALUES ('Delta', 'stale', 'old text', NULL, 1)")
-    conn.close()
 
 
 def test_a_v2_file_is_upgraded_to_the_state_of_its_ops(tmp_path: Path) -> None:
