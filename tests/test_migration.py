@@ -6,6 +6,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from replica import Replica, hlc, identity, ops, routing, schema
 from replica.store import receipt_id
 from tests.oldfiles import write_v2_file
@@ -15,9 +17,11 @@ def set_op(ident: identity.Identity, seq: int, stamp: int, writes: list[list[Any
     return ops.encode(ident.public_key, seq, stamp, ops.KIND_SET, {"w": writes}, sign=ident.sign)
 
 
-def test_a_v2_file_is_upgraded_to_the_state_of_its_ops(tmp_path: Path) -> None:
-    """Keys, routes, receipts, profiles and arrival times of a v2 file are recomputed from its ops: the
-    upgraded file equals a replica that applied the same ops, mixed-case names and older texts included."""
+@pytest.mark.parametrize("version", [2, 3])
+def test_an_older_file_is_upgraded_to_the_state_of_its_ops(tmp_path: Path, version: int) -> None:
+    """Keys, routes, receipts, profiles and arrival times of a v2 or v3 file (before name keys) are
+    recomputed from its ops: the upgraded file equals a replica that applied the same ops, mixed-case
+    names and older texts included."""
     sender = Replica.open(wall=lambda: 1_700_000_000_000)
     first = sender.send_message("Alpha", "TAU", "to TAU")
     sender.send_message("alpha", "Tau, phi", "to a list")
@@ -30,6 +34,10 @@ def test_a_v2_file_is_upgraded_to_the_state_of_its_ops(tmp_path: Path) -> None:
                                      ["prof", ["DELTA"], "dynamic", "loading"]]),
     ]
     write_v2_file(tmp_path / "old.db", raws)
+    if version == 3:  # per-thread numbers, as the peerd before name keys added them
+        with sqlite3.connect(tmp_path / "old.db") as conn:
+            conn.executescript(schema.SCHEMA_THREAD_SEQS + "; UPDATE meta SET v = 3 WHERE k = 'schema_version';")
+        conn.close()
 
     upgraded = Replica.open(tmp_path / "old.db")
     rebuilt = Replica.open()
