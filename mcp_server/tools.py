@@ -43,8 +43,10 @@ from replica import (
     MessageRecord,
     NotFound,
     Profile,
+    RecipientCheck,
     Replica,
     SenderSeen,
+    SentMessage,
 )
 from replica.api import now_ms
 from replica.names import name_key, same_name
@@ -310,20 +312,25 @@ def peers_page(peers: list[tuple[PeerKey, s.PeerOut]], after: object, limit: int
 # -- messaging -----------------------------------------------------------------------------
 
 
+def _send_checked(r: Replica, sender: str, a: s.SendMessageArgs,
+                  from_inst: str | None) -> tuple[RecipientCheck, SentMessage, MessageRecord]:
+    """Which recipients were never seen (asked before the send, which makes the sender known), the
+    send, and the message as stored (its session day and tenant)."""
+    check = r.recipient_check(a.channel)
+    sent = r.send_message(sender, a.channel, a.content, a.instance_id, from_inst, session_day=a.session_day,
+                          tenant_id=a.tenant_id)
+    return check, sent, r.get_message(sent.id)
+
+
 async def send_message(call: Call, a: s.SendMessageArgs) -> s.SentOut:
     sender = role_of(a.sender, call.bind, "from")
     from_inst = instance_of(a.from_instance_id, sender, call.bind)
-
-    def send(r: Replica) -> s.SentOut:
-        sent = r.send_message(sender, a.channel, a.content, a.instance_id, from_inst, session_day=a.session_day,
-                              tenant_id=a.tenant_id)
-        m = r.get_message(sent.id)
-        return s.SentOut(message_id=sent.id, sender=sender, channel=a.channel.strip(), from_instance_id=from_inst,
-                         instance_id=a.instance_id, recipients=list(sent.recipients),
-                         created_at=ms_of_iso(sent.created), session_day=m.session_day, tenant_id=m.tenant,
-                         seq=sent.seq)
-
-    return await call.run(send)
+    check, sent, m = await call.run(_send_checked, sender, a, from_inst)
+    return s.SentOut(message_id=sent.id, sender=sender, channel=a.channel.strip(), from_instance_id=from_inst,
+                     instance_id=a.instance_id, recipients=list(sent.recipients), created_at=ms_of_iso(sent.created),
+                     session_day=m.session_day, tenant_id=m.tenant, seq=sent.seq,
+                     unknown_recipients=list(check.unknown_recipients),
+                     known_roles=list(check.known_roles) if check.unknown_recipients else None)
 
 
 async def check_messages(call: Call, a: s.CheckMessagesArgs) -> s.InboxOut:

@@ -3,10 +3,13 @@
 Invariants:
 * Who sees a message is ``routing.visible_to``; the inbox queries implement it
   once (``_INBOX_SOURCES`` finds what is filed under a role or an instance
-  address, ``_ADDRESSED`` applies the instance rules) and
-  ``tests/test_routing.py`` checks both queries against the pure rule.
+  address, ``_ADDRESSED`` applies the instance rules, ``_IN_HISTORY`` the
+  broadcast history) and ``tests/test_routing.py`` checks both queries against
+  the pure rule.
 * Names match by key (``names.name_key``) through the key columns; what is
   shown is the name as the sender wrote it.
+* Reading an inbox also records when the role was first seen, if this replica
+  has no time for it yet (``replica.firstseen``).
 * Reading an inbox records *delivered* for what it returns unread; nothing
   else here writes except ``mark_receipts``, sending and retracting.
 * Cursors are positions in the local arrival order (``lseq``), so a message
@@ -21,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from replica import firstseen, routing, store
 from replica import hlc as hlcmod
 from replica import ops as opsmod
-from replica import routing, store
 from replica.checks import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
@@ -45,6 +48,7 @@ from replica.models import (
     MessageLog,
     MessagePage,
     MessageRecord,
+    RecipientCheck,
     RecipientStatus,
     SentMessage,
 )
@@ -68,6 +72,8 @@ _ADDRESSED = (
     "(m.tkey IS NULL OR m.tkey = ?2) AND NOT (m.skey = ?1 AND m.sikey = ?2) AND m.retracted IS NULL"
     " AND (?6 IS NULL OR m.tenant = ?6)"
 )
+# ``routing.in_broadcast_history``: a broadcast created before the role's floor (HLC ?7) is not in its inbox.
+_IN_HISTORY = "(m.ckey IS NOT 'broadcast' OR m.hlc >= ?7)"
 
 
 def _inbox_sql(source: str, *, unread_only: bool, order: str) -> str:
@@ -76,7 +82,8 @@ def _inbox_sql(source: str, *, unread_only: bool, order: str) -> str:
         "SELECT m.lseq, m.id, m.sender, m.sender_inst, m.channel, m.to_inst, m.content, m.hlc, rc.read, rc.delivered"
         f" FROM ({source} ORDER BY lseq {order}) c JOIN ops m ON m.lseq = c.lseq"
         " LEFT JOIN receipts rc ON rc.msg_id = m.id AND rc.role = ?1 AND rc.inst = ?2"
-        f" WHERE {_ADDRESSED}{' AND rc.read IS NULL' if unread_only else ''} ORDER BY c.lseq {order} LIMIT ?4"
+        f" WHERE {_ADDRESSED} AND {_IN_HISTORY}{' AND rc.read IS NULL' if unread_only else ''}"
+        f" ORDER BY c.lseq {order} LIMIT ?4"
     )
 
 
@@ -151,6 +158,17 @@ class Messaging(ReplicaCore):
         lseq, op = self._write(KIND_MSG, const_body(body))
         return SentMessage(opsmod.message_id(op.origin, op.seq), lseq, hlcmod.to_iso(op.hlc), op.hlc, roles)
 
+    def recipient_check(self, channel: str) -> RecipientCheck:
+        """Which roles ``channel`` names that this replica has never seen, to warn a sender
+        (a message to them is still stored: the role may appear later, or on a peer)."""
+        roles = routing.parse_channel(required_name(channel, "channel"))
+        if roles == (routing.BROADCAST,):
+            return RecipientCheck((), ())
+        with self._store.read() as cur:
+            unknown = tuple(r for r in roles if not firstseen.is_known(cur, r))
+            known = firstseen.known_roles(cur) if unknown else []
+        return RecipientCheck(unknown, tuple(firstseen.hint(unknown, known)))
+
     def position_at(self, arrived_ms: int) -> int:
         """The last local position that had arrived at or before ``arrived_ms`` (Unix ms)."""
         when = check_count(arrived_ms, "arrived_after_ms")
@@ -174,15 +192,16 @@ class Messaging(ReplicaCore):
         limit = check_limit(limit)
         budget = None if max_bytes is None else check_count(max_bytes, "max_bytes", low=1)
         tenant = check_name(tenant_id, "tenantId", optional=True)
-        rows = self._inbox_rows(role, inst, after, limit + 1, tenant)
+        now = self._wall()
+        first, seen = self._first_seen(role, now)
+        rows = self._inbox_rows(role, inst, after, limit + 1, tenant=tenant, floor=self._broadcast_floor(first))
         keep = within_budget([len((r[6] or "").encode()) for r in rows[:limit]], budget)
         truncated = len(rows) > keep
         rows = rows[:keep]
-        now = self._wall()
         key = (name_key(role), routing.instance_key(inst))
         undelivered = [["rcpt", [r[1], *key], "d", now] for r in rows if r[9] is None]
-        if undelivered:
-            self._set(undelivered)
+        if seen or undelivered:
+            self._set(seen + undelivered)
         rows.sort(key=lambda r: (r[7], r[0]))  # creation order (HLC) within the page
         msgs = [self._inbox_message(r, role, inst, now) for r in rows]
         return Inbox(msgs, max((m.seq for m in msgs), default=after), truncated)
@@ -194,34 +213,40 @@ class Messaging(ReplicaCore):
         unread = self.check_messages(recipient, recipient_instance_id, since, limit)  # checks the arguments
         role = required_name(recipient, "recipient")
         inst = check_name(recipient_instance_id, "recipientInstanceId", optional=True)
-        args = self._inbox_args(role, inst, check_since(since), limit, None)
+        first, _ = self._first_seen(role, self._wall())  # recorded by check_messages above
+        args = self._inbox_args(role, inst, check_since(since), limit, tenant=None, floor=self._broadcast_floor(first))
         with self._store.read() as cur:
             rows = _merged([r for sql in _LATEST for r in cur.execute(sql, args)], newest_first=True)[:limit]
         msgs = [self._inbox_message(r, role, inst, None) for r in reversed(rows)]
         return Inbox(msgs, max([unread.cursor, *(m.seq for m in msgs)]))
 
     @staticmethod
-    def _inbox_args(role: str, inst: str | None, after: int, limit: int, tenant: str | None) -> tuple[Any, ...]:
+    def _inbox_args(role: str, inst: str | None, after: int, limit: int, *, tenant: str | None,
+                    floor: int) -> tuple[Any, ...]:
         return (name_key(role), routing.instance_key(inst), after, limit, routing.instance_address(role, inst),
-                None if tenant is None else name_key(tenant))
+                None if tenant is None else name_key(tenant), floor)
 
-    def _inbox_rows(self, role: str, inst: str | None, after: int, limit: int, tenant: str | None) -> list[Any]:
-        """The first ``limit`` unread messages for (role, inst) after ``after``, by lseq.
+    def _inbox_rows(self, role: str, inst: str | None, after: int, limit: int, *, tenant: str | None,
+                    floor: int) -> list[Any]:
+        """The first ``limit`` unread messages for (role, inst) after ``after``, by lseq
+        (broadcasts from HLC ``floor`` on).
 
         Index scans in lseq order (the role's channel, broadcasts, multi-role routes, and the
         same for the instance address), each stopping at ``limit`` matches, merged. A per-caller
         floor remembers where the caller's unread messages begin: everything below it is read
         or not addressed to the caller, and stays so (reads are never undone; new arrivals get
-        higher lseqs), so a long history of read messages is not scanned again. A tenant filter
-        hides messages that are not "read or not addressed", so it never moves the floor.
+        higher lseqs), so a long history of read messages is not scanned again. A role's
+        broadcast floor only moves earlier (first-seen times learnt from peers), which can make
+        old broadcasts addressed to it; so the broadcast floor is part of the key. A tenant
+        filter hides messages that are not "read or not addressed", so it never moves the floor.
         """
-        key = (name_key(role), routing.instance_key(inst))
-        floor = self._floors.get(key, 0)
-        args = self._inbox_args(role, inst, max(after, floor), limit, tenant)
+        key = (name_key(role), routing.instance_key(inst), floor)
+        start = self._floors.get(key, 0)
+        args = self._inbox_args(role, inst, max(after, start), limit, tenant=tenant, floor=floor)
         with self._store.read() as cur:
             rows = _merged([r for sql in _UNREAD for r in cur.execute(sql, args)], newest_first=False)
             newest = int(cur.execute("SELECT coalesce(max(lseq), 0) FROM ops").fetchone()[0])
-            if after <= floor and tenant is None:
+            if after <= start and tenant is None:
                 self._floors[key] = rows[0][0] - 1 if rows else newest
         return rows[:limit]
 
@@ -285,13 +310,13 @@ class Messaging(ReplicaCore):
         """Per recipient: receipt id, delivered at, read at (None while pending)."""
         mid = required_name(message_id, "messageId")
         with self._store.read() as cur:
-            msg = store.find_message(cur, mid, "m.sender, m.sender_inst, m.channel, m.to_inst, m.thread")
+            msg = store.find_message(cur, mid, "m.sender, m.sender_inst, m.channel, m.to_inst, m.thread, m.hlc")
             if msg is None:
                 raise NotFound(f"unknown message id {mid}")
             rows = cur.execute(
                 "SELECT role, inst, rid, delivered, read FROM receipts WHERE msg_id = ? ORDER BY role, inst", (mid,)
             ).fetchall()
-            expected = _expected_roles(cur, msg)
+            expected = _expected_roles(cur, msg, self._broadcast_history_ms, self._wall())
         out = [RecipientStatus(r[0], r[1] or None, r[2], iso(r[3]), iso(r[4])) for r in rows]
         reached = {r[0] for r in rows} | {r[1] for r in rows if r[1]}  # a role, or an instance address
         out += [RecipientStatus(role, msg[3], None, None, None) for role in expected if name_key(role) not in reached]
@@ -369,14 +394,22 @@ class Messaging(ReplicaCore):
         return MessageLog(msgs, msgs[-1].seq if msgs else (after or 0))
 
 
-def _expected_roles(cur: Any, msg: Any) -> list[str]:
-    sender, _inst, channel, _to, thread = msg
+def _expected_roles(cur: Any, msg: Any, history_ms: int, now: int) -> list[str]:
+    sender, _inst, channel, _to, thread, created = msg
     if thread is not None:
         rows = cur.execute("SELECT agent FROM members WHERE thread = ? AND present = 1", (thread,))
         return [r[0] for r in rows if r[0] != sender]
     roles = routing.parse_channel(channel)
     if roles == (routing.BROADCAST,):
-        rows = cur.execute("SELECT rkey, min(role) FROM profiles GROUP BY rkey ORDER BY rkey")
-        return [r[1] for r in rows if r[0] != name_key(sender)]
+        return _broadcast_audience(cur, sender, hlcmod.wall_of(created), history_ms, now)
     return list(roles)
+
+
+def _broadcast_audience(cur: Any, sender: str, created_ms: int, history_ms: int, now: int) -> list[str]:
+    """Roles with a profile (by name key, spelt as first written) whose inbox holds a broadcast
+    created at ``created_ms`` (a role with no first-seen time yet would be first seen now)."""
+    rows = cur.execute("SELECT p.rkey, min(p.role), f.at FROM profiles p LEFT JOIN first_seen f ON f.role = p.rkey"
+                       " GROUP BY p.rkey ORDER BY p.rkey")
+    return [role for key, role, first in rows if key != name_key(sender) and routing.in_broadcast_history(
+        created_ms, routing.broadcast_floor(now if first is None else first, history_ms))]
 

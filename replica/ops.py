@@ -213,6 +213,10 @@ def _check_retract(body: Mapping[str, Any]) -> None:
     _name(body["f"], "retracting role")
 
 
+def _wall_ms(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63
+
+
 def _str_or_none(v: object) -> bool:
     return v is None or (isinstance(v, str) and len(v.encode("utf-8", "surrogatepass")) <= MAX_CONTENT_BYTES)
 
@@ -260,6 +264,8 @@ LWW_SCHEMA: dict[str, tuple[tuple[int, ...], Callable[[str], Callable[[object], 
     "agent": ((1,), {"name": lambda v: isinstance(v, str), "alive": lambda v: isinstance(v, bool)}.get),
     "member": ((2,), {"in": lambda v: isinstance(v, bool)}.get),
     "thread": ((1,), {"created": _is_int}.get),
+    # not last-writer-wins: the earliest time wins (``replica.firstseen``)
+    "seen": ((1,), {"at": _wall_ms}.get),
 }
 
 

@@ -146,7 +146,8 @@ class Profiles(ReplicaCore):
         if not writes and self.get_profile(*key) is None:
             writes = [["prof", key, profile_field("dynamic", "lastSeen"), json.dumps(self._wall())]]
         if writes:
-            self._set(writes)
+            _, seen = self._first_seen(key[0], self._wall())
+            self._set(seen + writes)
         profile = self.get_profile(*key)
         assert profile is not None
         return profile

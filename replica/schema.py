@@ -5,7 +5,8 @@ rowid is the local arrival sequence ``lseq``); a message op also carries its
 message columns in the same row (one insert per message; ``messages`` is a
 view over them). ``routes`` files messages to several roles under each role;
 a message to one role or to ``broadcast`` is found through its channel column.
-Every other table is a projection of the ops and can be rebuilt from them.
+Every other table is a projection of the ops and can be rebuilt from them;
+``first_seen`` is a min-register per role (``replica.firstseen``).
 ``origins.hlc`` on this node's own row is the persisted HLC high-water mark. ``meta.schema_version``
 says which migrations have run; migrations only ever move forward.
 """
@@ -84,7 +85,16 @@ INSERT INTO thread_seqs(lseq, thread, tseq)
     WHERE thread IS NOT NULL AND id IS NOT NULL
 """
 
-# v4: names match by key (``names.name_key``) and VantagePeers' message fields. Each message
+# When each role was first seen (``replica.firstseen``): the min over the messages it sent
+# and the ``seen`` register writes; the messages already held give the start.
+SCHEMA_FIRST_SEEN = """
+CREATE TABLE first_seen(role TEXT PRIMARY KEY, at INTEGER NOT NULL) WITHOUT ROWID;
+INSERT INTO first_seen(role, at)
+    SELECT sender, min(hlc) >> 16 FROM ops WHERE id IS NOT NULL AND thread IS NULL GROUP BY sender;
+"""
+
+
+# v5: names match by key (``names.name_key``) and VantagePeers' message fields. Each message
 # row gains its matching keys (sender, sender instance, channel, target instance), its session
 # day and tenant, and its retraction mark; every op gains its local arrival time in Unix ms,
 # never decreasing along lseq, so a timestamp maps to an arrival position by a binary search
@@ -92,8 +102,9 @@ INSERT INTO thread_seqs(lseq, thread, tseq)
 # their own: an audit tool should not slow every write down. ``retractions``
 # holds every retraction op's (message, role, stamp), whether or not its message is here yet.
 # Profiles become one row per (role) or (role, instance), their fields read from ``lww``.
-# The store then recomputes the keys of existing rows and rebuilds the receipt and profile
-# registers from the ops (``store.rebuild_keys``): signed op bodies never change.
+# ``first_seen`` is keyed by role key. The store then recomputes the keys of existing rows and
+# rebuilds every register and the first-seen times from the ops (``store.rebuild_keys``): signed
+# op bodies never change.
 SCHEMA_KEYS = """
 ALTER TABLE ops ADD COLUMN skey TEXT;
 ALTER TABLE ops ADD COLUMN sikey TEXT;
@@ -125,6 +136,8 @@ CREATE TABLE senders(
 ) WITHOUT ROWID;
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_THREAD_SEQS, SCHEMA_KEYS)
+MIGRATIONS: tuple[str, ...] = (
+    SCHEMA_V1, SCHEMA_V2, SCHEMA_THREAD_SEQS, SCHEMA_FIRST_SEEN, SCHEMA_KEYS,
+)
 LATEST = len(MIGRATIONS)
-KEYED = 4  # the version from which rows carry name keys (older files are rebuilt on upgrade)
+KEYED = 5  # the version from which rows carry name keys (older files are rebuilt on upgrade)

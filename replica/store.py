@@ -22,6 +22,8 @@ Invariants:
   search entry removed, and ``retracted`` holds the lowest such stamp.
 * ``arrived`` (Unix ms) never decreases along lseq, so "arrived after T" is
   "lseq after the last op that arrived at or before T".
+* ``first_seen`` is a min-register per role key (``replica.firstseen``): every op's
+  sightings are projected with ``firstseen.record`` (the earliest time stays).
 * sqlite3 errors are translated to ``StoreError`` here and go no further.
 * ``check_file`` opens a file read-only (``mode=ro``): looking never writes.
 """
@@ -38,7 +40,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from replica import routing, schema
+from replica import firstseen, routing, schema
 from replica.errors import StoreError
 from replica.hlc import wall_of
 from replica.lww import join_key
@@ -271,7 +273,10 @@ def materialize(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
         settle_retraction(cur, op.body["m"])
     else:
         for write in op.body["w"]:
-            put_register(cur, write, op.hlc, op.origin)
+            if write[0] != firstseen.TABLE:  # a min-register, not last-writer-wins
+                put_register(cur, write, op.hlc, op.origin)
+    for role, at in firstseen.sightings(op):
+        firstseen.record(cur, role, at)
 
 
 def _file_routes(cur: sqlite3.Cursor, lseq: int, channel: str | None, thread: str | None) -> None:
@@ -422,13 +427,13 @@ _PROJECT = {
 }
 
 
-# -- schema v4: recompute what older files lack, from the ops ---------------------------------------
+# -- schema v5: recompute what older files lack, from the ops ---------------------------------------
 
 
 def rebuild_keys(cur: sqlite3.Cursor) -> None:
     """Name keys, session days, routes, arrival times, every register (receipts, profiles,
-    agents, threads, members) and the senders of a file written before v4, recomputed from the
-    ops (their signed bodies are left as they are)."""
+    agents, threads, members), the first-seen times and the senders of a file written before v5,
+    recomputed from the ops (their signed bodies are left as they are)."""
     rows = cur.execute("SELECT lseq, blob FROM ops WHERE id IS NOT NULL").fetchall()
     cur.execute("DELETE FROM routes")
     for lseq, blob in rows:
@@ -448,11 +453,15 @@ def rebuild_keys(cur: sqlite3.Cursor) -> None:
 
 
 def _rebuild_registers(cur: sqlite3.Cursor) -> None:
-    """Replay every register write (LWW: the order does not matter) into fresh projections."""
-    for table in ("lww", "receipts", "profiles", "agents", "members", "threads"):
+    """Replay every register write and every first-seen sighting (LWW and min: the order does not
+    matter) into fresh projections."""
+    for table in ("lww", "receipts", "profiles", "agents", "members", "threads", "first_seen"):
         cur.execute(f"DELETE FROM {table}")
-    for (blob,) in cur.execute("SELECT blob FROM ops WHERE id IS NULL").fetchall():
+    for (blob,) in cur.execute("SELECT blob FROM ops").fetchall():
         op = read_stored(bytes(blob))
         if op.kind == KIND_SET:
             for write in op.body["w"]:
-                put_register(cur, write, op.hlc, op.origin)
+                if write[0] != firstseen.TABLE:
+                    put_register(cur, write, op.hlc, op.origin)
+        for role, at in firstseen.sightings(op):
+            firstseen.record(cur, role, at)

@@ -169,8 +169,8 @@ class Sync(ReplicaCore):
             return int(cur.execute(LAST_OWN, (self._self_oid,)).fetchone()[1] or 0)
 
     def state_digest(self) -> str:
-        """A hash of the replicated state (messages, retractions and LWW registers), not local order.
-        A retracted message counts without its content, as every replica holds it."""
+        """A hash of the replicated state (messages, retractions, LWW registers, first-seen times), not
+        local order. A retracted message counts without its content, as every replica holds it."""
         h = hashlib.blake2b(digest_size=16)
         with self._store.read() as cur:
             for row in cur.execute(
@@ -182,6 +182,8 @@ class Sync(ReplicaCore):
                 h.update(pack(list(row)))
             for row in cur.execute("SELECT tbl, k, f, v, hlc, origin FROM lww ORDER BY tbl, k, f"):
                 h.update(pack(list(row)))
+            for row in cur.execute("SELECT role, at FROM first_seen ORDER BY role"):
+                h.update(pack(["first_seen", *row]))
         return h.hexdigest()
 
     def stats(self) -> dict[str, int]:

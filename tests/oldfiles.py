@@ -44,9 +44,20 @@ def write_v2_file(path: Path, raws: list[bytes]) -> None:
 
 def downgrade_to_v2(path: Path) -> None:
     """Rewrite the replica file at ``path`` as schema v2 with the same ops, in the same arrival order."""
+    downgrade(path, 2)
+
+
+def downgrade(path: Path, version: int) -> None:
+    """Rewrite the replica file at ``path`` as schema ``version`` (2, 3 or 4: before name keys) with
+    the same ops in the same arrival order, each later migration run as it ran then."""
     with sqlite3.connect(path) as conn:
         raws = [bytes(r[0]) for r in conn.execute("SELECT blob FROM ops ORDER BY lseq")]
     conn.close()
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     write_v2_file(path, raws)
+    with sqlite3.connect(path) as conn:
+        for script in schema.MIGRATIONS[2:version]:
+            conn.executescript(script)
+        conn.execute("UPDATE meta SET v = ? WHERE k = 'schema_version'", (version,))
+    conn.close()

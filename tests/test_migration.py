@@ -17,9 +17,9 @@ def set_op(ident: identity.Identity, seq: int, stamp: int, writes: list[list[Any
     return ops.encode(ident.public_key, seq, stamp, ops.KIND_SET, {"w": writes}, sign=ident.sign)
 
 
-@pytest.mark.parametrize("version", [2, 3])
+@pytest.mark.parametrize("version", [2, 3, 4])
 def test_an_older_file_is_upgraded_to_the_state_of_its_ops(tmp_path: Path, version: int) -> None:
-    """Keys, routes, receipts, profiles and arrival times of a v2 or v3 file (before name keys) are
+    """Keys, routes, receipts, profiles and arrival times of a v2, v3 or v4 file (before name keys) are
     recomputed from its ops: the upgraded file equals a replica that applied the same ops, mixed-case
     names and older texts included."""
     sender = Replica.open(wall=lambda: 1_700_000_000_000)
@@ -34,13 +34,16 @@ def test_an_older_file_is_upgraded_to_the_state_of_its_ops(tmp_path: Path, versi
                                      ["prof", ["DELTA"], "dynamic", "loading"]]),
     ]
     write_v2_file(tmp_path / "old.db", raws)
-    if version == 3:  # per-thread numbers, as the peerd before name keys added them
+    if version > 2:  # per-thread numbers (v3) and first-seen times (v4), as the peerd before name keys ran them
         with sqlite3.connect(tmp_path / "old.db") as conn:
-            conn.executescript(schema.SCHEMA_THREAD_SEQS + "; UPDATE meta SET v = 3 WHERE k = 'schema_version';")
+            for script in schema.MIGRATIONS[2:version]:
+                conn.executescript(script)
+            conn.execute("UPDATE meta SET v = ? WHERE k = 'schema_version'", (version,))
         conn.close()
 
-    upgraded = Replica.open(tmp_path / "old.db")
-    rebuilt = Replica.open()
+    every_broadcast = 10**13  # these messages are from 2023: keep every broadcast in the inboxes
+    upgraded = Replica.open(tmp_path / "old.db", broadcast_history_ms=every_broadcast)
+    rebuilt = Replica.open(broadcast_history_ms=every_broadcast)
     rebuilt.apply(raws)
     assert upgraded.state_digest() == rebuilt.state_digest()
     assert upgraded.vector() == rebuilt.vector()
@@ -62,7 +65,7 @@ def test_an_older_file_is_upgraded_to_the_state_of_its_ops(tmp_path: Path, versi
         assert conn.execute("SELECT count(*) FROM routes WHERE role = 'Tau'").fetchone()[0] == 0
     digest = upgraded.state_digest()
     upgraded.close()
-    again = Replica.open(tmp_path / "old.db")  # reopening does not rebuild or change anything
+    again = Replica.open(tmp_path / "old.db", broadcast_history_ms=every_broadcast)  # nothing rebuilt again
     assert again.state_digest() == digest
     assert routing.channel_key("Tau, phi") == "tau,phi"
     again.close()
