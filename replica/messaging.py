@@ -165,7 +165,7 @@ class Messaging(ReplicaCore):
         if roles == (routing.BROADCAST,):
             return RecipientCheck((), ())
         with self._store.read() as cur:
-            unknown = tuple(r for r in roles if not firstseen.is_known(cur, r))
+            unknown = tuple(r for r in roles if not _addressable(cur, r))
             known = firstseen.known_roles(cur) if unknown else []
         return RecipientCheck(unknown, tuple(firstseen.hint(unknown, known)))
 
@@ -392,6 +392,14 @@ class Messaging(ReplicaCore):
                                    (after, limit)).fetchall()
         msgs = [_log_message(r) for r in rows]
         return MessageLog(msgs, msgs[-1].seq if msgs else (after or 0))
+
+
+def _addressable(cur: Any, part: str) -> bool:
+    """Whether a channel entry names a role this replica has seen, or an instance address of one
+    (``sigma-vps`` of a known ``sigma``, ``routing.instance_address``)."""
+    key = name_key(part)
+    return firstseen.is_known(cur, key) or any(
+        firstseen.is_known(cur, key[:i]) for i, c in enumerate(key) if c == "-" and i > 0)
 
 
 def _expected_roles(cur: Any, msg: Any, history_ms: int, now: int) -> list[str]:

@@ -287,3 +287,10 @@ def test_recipient_check_names_roles_never_seen_and_suggests_known_ones(mem: Rep
     assert mem.recipient_check("broadcast").unknown_recipients == ()
     with pytest.raises(InvalidArgument):
         mem.recipient_check(" ")
+
+
+def test_an_instance_address_of_a_known_role_is_not_an_unknown_recipient(mem: Replica) -> None:
+    """"sigma-vps" names an instance of a role this replica knows: no typo warning; "sigmx-vps" gets one."""
+    mem.update_profile("Sigma", name="Sigma")
+    assert mem.recipient_check("SIGMA-vps, sigma").unknown_recipients == ()
+    assert mem.recipient_check("sigmx-vps").unknown_recipients == ("sigmx-vps",)
