@@ -10,6 +10,8 @@ Invariants:
   session gets its mail pushed on its GET stream (``mcp_server.channel``;
   ``StreamWatch`` sees the stream open and close); sessions stay stateful,
   since a stateless one has no stream to push on.
+* Request bodies are capped at ``ops.MAX_JSON_REQUEST_BYTES``, the same limit
+  as the local server's, so a largest message (900,000 bytes) always fits.
 * The app's ASGI lifespan runs the MCP session manager: its host runs the
   lifespan once, from before the first request until shutdown.
 * Importing this module loads the MCP SDK (slow); the daemon does so in a
@@ -25,6 +27,7 @@ from mcp_server.channel import PushHub, StreamWatch, http_config
 from mcp_server.server import ReplicaSource, build_server, replica_source, request_binding
 from mcp_server.tools import FleetIdProvider, SessionBinding
 from mcp_server.waiter import Waiter
+from replica.ops import MAX_JSON_REQUEST_BYTES
 
 MCP_PATH = "/mcp"
 
@@ -37,6 +40,7 @@ def http_app(replica: ReplicaSource, *, waiter: Waiter, fleet_id: FleetIdProvide
     app = server.streamable_http_app(
         streamable_http_path=path,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        max_request_body_size=MAX_JSON_REQUEST_BYTES,
     )
     return StreamWatch(app, hub)
 

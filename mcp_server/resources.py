@@ -81,8 +81,10 @@ def uri_of(ref: Ref) -> str:
 
 
 def _mail_item(m: Mail) -> dict[str, Any]:
-    return {"id": m.id, "receiptId": m.receipt_id, "from": m.sender, "fromInstanceId": m.sender_instance,
-            "channel": m.channel, "threadId": m.thread, "content": m.content, "created": m.created, "seq": m.seq}
+    """A message as check_messages shows it (VantagePeers' names), with the thread's id and number."""
+    return {"messageId": m.id, "receiptId": m.receipt_id, "from": m.sender, "fromInstanceId": m.sender_instance,
+            "channel": m.channel, "instanceId": m.target_instance, "threadId": m.thread, "threadSeq": m.thread_seq,
+            "content": m.content, "createdAt": m.created_ms, "seq": m.seq}
 
 
 def inbox_doc(r: Replica, ref: InboxRef) -> dict[str, Any]:

@@ -38,7 +38,10 @@ if TYPE_CHECKING:
         Inbox,
         InboxMessage,
         LogMessage,
+        MarkResult,
         MessageLog,
+        MessagePage,
+        MessageRecord,
         Page,
         Profile,
         ReadState,
@@ -61,7 +64,8 @@ ORPHAN_KEY_AGE = 60.0  # seconds; a key and its database are always created mome
 
 _ERRORS = ("InvalidArgument", "InvalidOp", "LocalError", "NotFound", "PeerdError", "RemoteError", "StoreError",
            "Undecodable")
-_MODELS = ("Agent", "ApplyResult", "FileCheck", "Inbox", "InboxMessage", "LogMessage", "MessageLog", "Page",
+_MODELS = ("Agent", "ApplyResult", "FileCheck", "Inbox", "InboxMessage", "LogMessage", "MarkResult", "MessageLog",
+           "MessagePage", "MessageRecord", "Page",
            "Profile", "ReadState", "RecipientCheck", "RecipientStatus", "SearchHit", "SenderSeen", "SentMessage",
            "Thread", "ThreadInfo", "ThreadMessage", "ThreadSummary", "receipt_state")
 _WHERE = {
@@ -121,10 +125,10 @@ def open_home(home: Path, *, broadcast_history_ms: int = DEFAULT_BROADCAST_HISTO
 
 
 __all__ = [
-    "Agent", "ApplyResult", "FileCheck", "Inbox", "InboxMessage", "InvalidArgument", "InvalidOp", "LocalError",
-    "LogMessage", "MessageLog", "NotFound", "Page", "PeerdError", "Profile", "ReadState", "RecipientCheck",
-    "RecipientStatus",
-    "RemoteError", "Replica", "SearchHit", "SenderSeen", "SentMessage", "StoreError", "Thread", "ThreadInfo",
-    "ThreadMessage", "ThreadSummary", "Undecodable",
-    "agent_id_for", "check_file", "key_path", "open_file", "open_home", "receipt_state",
+    "Agent", "ApplyResult", "FileCheck", "Inbox", "InboxMessage", "InvalidArgument", "InvalidOp",
+    "LocalError", "LogMessage", "MarkResult", "MessageLog", "MessagePage", "MessageRecord", "NotFound",
+    "Page", "PeerdError", "Profile", "ReadState", "RecipientCheck", "RecipientStatus", "RemoteError", "Replica",
+    "SearchHit",
+    "SenderSeen", "SentMessage", "StoreError", "Thread", "ThreadInfo", "ThreadMessage", "ThreadSummary",
+    "Undecodable", "agent_id_for", "check_file", "key_path", "open_file", "open_home", "receipt_state",
 ]

@@ -2,9 +2,10 @@
 and prompt hooks.
 
 Invariants:
-* The inbox SQL (``INBOX_SOURCES``, ``ADDRESSED``, ``inbox_sql``) is ``routing.visible_to``
-  written once, here; ``messaging`` reads inboxes with it and ``tests/test_routing.py``
-  checks it against the pure rule.
+* The inbox SQL (``INBOX_SOURCES``, ``ADDRESSED``, ``IN_HISTORY``, ``inbox_sql``,
+  ``inbox_args``) is ``routing.visible_to`` written once, here; ``messaging`` reads inboxes
+  with it and ``tests/test_routing.py`` checks it against the pure rule. Names match by key
+  (``names.name_key``); receipts are keyed by the role's key and the instance key.
 * *Mail* of a reader (role, instance) is what its inbox holds unread (broadcasts within
   the role's broadcast history, ``routing.in_broadcast_history``), plus, if an agent
   carries the role's name, the thread messages from others in that agent's threads that
@@ -21,35 +22,51 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from replica.hlc import pack, to_iso
+from replica.hlc import pack, to_iso, wall_of
 from replica.ids import agent_id_for, receipt_id
+from replica.names import name_key
 from replica.routing import broadcast_floor as broadcast_floor_ms
+from replica.routing import instance_address, instance_key
 
 BUSY_TIMEOUT_S = 5.0
 
-# Where messages to role ?1 after lseq ?3 are filed: its channel, broadcasts, and the routes of
-# multi-role messages (``routing.route_keys``; a one-role or broadcast message needs no route row).
+# Where messages to role key ?1 after lseq ?3 are filed: its channel, broadcasts, the routes of
+# multi-role messages (``routing.route_keys``; a one-role or broadcast message needs no route row),
+# and the same two for the reader's instance address ?5 (``routing.instance_address``, or NULL).
 INBOX_SOURCES = (
-    "SELECT lseq FROM ops WHERE channel = ?1 AND lseq > ?3",
-    "SELECT lseq FROM ops WHERE channel = 'broadcast' AND lseq > ?3",
+    "SELECT lseq FROM ops WHERE ckey = ?1 AND lseq > ?3",
+    "SELECT lseq FROM ops WHERE ckey = 'broadcast' AND lseq > ?3",
     "SELECT lseq FROM routes WHERE role = ?1 AND lseq > ?3",
+    "SELECT lseq FROM ops WHERE ckey = ?5 AND lseq > ?3",
+    "SELECT lseq FROM routes WHERE role = ?5 AND lseq > ?3",
 )
-# The instance rules of ``routing.visible_to`` for (role ?1, instance key ?2, instance ?4).
-ADDRESSED = "(m.to_inst IS NULL OR m.to_inst = ?4) AND NOT (m.sender = ?1 AND coalesce(m.sender_inst, '') = ?2)"
-# ``routing.in_broadcast_history``: a broadcast created before the role's floor (HLC ?6) is not in its inbox.
-IN_HISTORY = "(m.channel IS NOT 'broadcast' OR m.hlc >= ?6)"
+# The instance rules of ``routing.visible_to`` for (role key ?1, instance key ?2), retractions,
+# and the tenant filter ?6 (NULL: any).
+ADDRESSED = (
+    "(m.tkey IS NULL OR m.tkey = ?2) AND NOT (m.skey = ?1 AND m.sikey = ?2) AND m.retracted IS NULL"
+    " AND (?6 IS NULL OR m.tenant = ?6)"
+)
+# ``routing.in_broadcast_history``: a broadcast created before the role's floor (HLC ?7) is not in its inbox.
+IN_HISTORY = "(m.ckey IS NOT 'broadcast' OR m.hlc >= ?7)"
 
 
 def inbox_sql(source: str, *, unread_only: bool, order: str, undelivered_only: bool = False) -> str:
-    """One index scan of ``source`` in lseq ``order``, stopping at ``limit`` (?5) matches."""
+    """One index scan of ``source`` in lseq ``order``, stopping at ``limit`` (?4) matches."""
     where = f"{ADDRESSED} AND {IN_HISTORY}" + (" AND rc.read IS NULL" if unread_only else "")
     where += " AND rc.delivered IS NULL" if undelivered_only else ""
     return (
         "SELECT m.lseq, m.id, m.sender, m.sender_inst, m.channel, m.to_inst, m.content, m.hlc, rc.read, rc.delivered"
         f" FROM ({source} ORDER BY lseq {order}) c JOIN ops m ON m.lseq = c.lseq"
         " LEFT JOIN receipts rc ON rc.msg_id = m.id AND rc.role = ?1 AND rc.inst = ?2"
-        f" WHERE {where} ORDER BY c.lseq {order} LIMIT ?5"
+        f" WHERE {where} ORDER BY c.lseq {order} LIMIT ?4"
     )
+
+
+def inbox_args(role: str, inst: str | None, after: int, limit: int, *, tenant: str | None,
+               floor: int) -> tuple[Any, ...]:
+    """The parameters of ``inbox_sql`` for reader (role, inst)."""
+    return (name_key(role), instance_key(inst), after, limit, instance_address(role, inst),
+            None if tenant is None else name_key(tenant), floor)
 
 
 def merged(scans: Iterable[Any], *, newest_first: bool) -> list[Any]:
@@ -63,14 +80,14 @@ _PENDING = tuple(inbox_sql(src, unread_only=True, order="ASC", undelivered_only=
 
 def _thread_sql(*, undelivered_only: bool) -> str:
     """Unread thread messages from others in agent ?1's threads after lseq ?2, at most ?3
-    (with each one's number in its thread, ``thread_seqs``)."""
+    (with each one's number in its thread, ``thread_seqs``), retracted ones left out."""
     return (
         "SELECT m.lseq, m.id, m.sender, m.thread, m.content, m.hlc, rc.delivered, a.name, ts.tseq"
         " FROM members mb JOIN ops m ON m.thread = mb.thread AND m.lseq > ?2"
         " JOIN thread_seqs ts ON ts.lseq = m.lseq"
         " LEFT JOIN receipts rc ON rc.msg_id = m.id AND rc.role = ?1 AND rc.inst = ''"
         " LEFT JOIN agents a ON a.id = m.sender"
-        " WHERE mb.agent = ?1 AND mb.present = 1 AND m.sender != ?1 AND rc.read IS NULL"
+        " WHERE mb.agent = ?1 AND mb.present = 1 AND m.sender != ?1 AND m.retracted IS NULL AND rc.read IS NULL"
         f"{' AND rc.delivered IS NULL' if undelivered_only else ''} ORDER BY m.lseq LIMIT ?3"
     )
 
@@ -98,16 +115,17 @@ class Mail(NamedTuple):
     delivered: int | None
     key: tuple[str, str, str]
     thread_seq: int | None = None
+    created_ms: int = 0  # ``created`` as Unix ms
 
 
 def _inbox_mail(r: Any, role: str, inst_key: str) -> Mail:
     return Mail(r[0], r[1], receipt_id(r[1], role, inst_key), r[2], r[3], r[4], r[5], None, r[6], to_iso(r[7]),
-                r[9], (r[1], role, inst_key))
+                r[9], (r[1], role, inst_key), None, wall_of(r[7]))
 
 
 def _thread_mail(r: Any, aid: str) -> Mail:
     return Mail(r[0], r[1], receipt_id(r[1], aid, ""), r[7] or r[2], None, None, None, r[3], r[4], to_iso(r[5]),
-                r[6], (r[1], aid, ""), r[8])
+                r[6], (r[1], aid, ""), r[8], wall_of(r[5]))
 
 
 def schema_version(cur: sqlite3.Cursor) -> int:
@@ -121,7 +139,7 @@ def schema_version(cur: sqlite3.Cursor) -> int:
 
 def first_seen_at(cur: sqlite3.Cursor, role: str) -> int | None:
     """When ``role`` was first seen in the fleet (wall ms; ``replica.firstseen``), or None."""
-    row = cur.execute("SELECT at FROM first_seen WHERE role = ?", (role,)).fetchone()
+    row = cur.execute("SELECT at FROM first_seen WHERE role = ?", (name_key(role),)).fetchone()
     return None if row is None else int(row[0])
 
 
@@ -137,11 +155,10 @@ def mail(cur: sqlite3.Cursor, role: str, instance: str | None = None, *, floor: 
     """The first ``limit`` messages of (role, instance)'s mail after lseq ``after``, by lseq, with
     broadcasts from HLC ``floor`` on (``broadcast_floor``); ``pending_only``: only what was never
     delivered. Names must already be checked."""
-    inst_key = instance or ""
     scans = _PENDING if pending_only else _MAIL
-    args = (role, inst_key, after, instance, limit, floor)
-    out = [_inbox_mail(r, role, inst_key) for r in merged((r for sql in scans for r in cur.execute(sql, args)),
-                                                           newest_first=False)]
+    args = inbox_args(role, instance, after, limit, tenant=None, floor=floor)
+    out = [_inbox_mail(r, args[0], args[1]) for r in merged((r for sql in scans for r in cur.execute(sql, args)),
+                                                             newest_first=False)]
     if threads:
         aid = agent_id_for(role)
         sql = _THREAD_PENDING if pending_only else _THREAD_MAIL
