@@ -14,6 +14,7 @@ from peerd.cli import hook, hook_argv
 from replica import open_home
 from replica.mailbox import Mail
 from tests.daemons import PEERD
+from tests.oldfiles import downgrade_to_v2
 from tests.waiting import wait_until
 
 HEAVY = ("mcp", "mcp_server.server", "mcp_server.channel", "aiohttp", "asyncio", "pydantic", "starlette", "uvicorn",
@@ -195,3 +196,12 @@ def test_cursor_after_a_look() -> None:
     full = [m(i, 1) for i in range(1, hook.PAGE + 1)]
     assert hook.cursor_after(full, 5000, pending=True) == hook.PAGE
     assert hook.cursor_after(full[:3], 5000, pending=True) == 5000
+
+
+def test_a_replica_an_older_peerd_wrote_is_upgraded_first(home: Path) -> None:
+    """A replica at an older schema (peerd upgraded, nothing else run since) is brought up to date
+    by the hook, which then shows its mail as usual."""
+    send(home, "alpha", "beta", "from before the upgrade")
+    downgrade_to_v2(home / "replica.db")
+    text = context(run_hook(home, "--role", "beta", stdin=PROMPT), "UserPromptSubmit")
+    assert "from before the upgrade" in text
