@@ -7,7 +7,10 @@ Imports only ``replica`` of peerd. Entry points:
 * ``http_app(replica, waiter=...)`` -> ASGI app for ``/mcp``, which peerd's local
   server mounts behind ``localguard.LocalOnly``;
 * ``FeedWaiter(feed)`` -> a ``Waiter`` that wakes ``wait`` calls when the process's
-  ``replica.feed.ChangeFeed`` moves.
+  ``replica.feed.ChangeFeed`` moves;
+* ``mcp_server.channel.PushHub`` -> pushes mail (Claude Code channel events) and
+  resource updates to sessions, on the same feed; ``mcp_server.resources`` holds the
+  inbox and thread resources, ``mcp_server.framing`` how mail is framed for an agent.
 
 The names above load on first use: importing a light submodule
 (``mcp_server.localguard``, ``mcp_server.waiter``) never loads the MCP SDK.
