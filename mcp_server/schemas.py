@@ -8,6 +8,10 @@ Invariants:
   argument is an error rather than silently ignored.
 * Published input schemas are plain and portable: no titles, optional
   arguments are simply not required (never ``null`` unions).
+* Every number is bounded in the schema itself: cursors and seqs in
+  0..2^63-1 (SQLite's integers), limits in 1..``MAX_LIMIT``, waits finite and
+  >= 0; every string must be valid Unicode (no lone surrogate), so nothing an
+  argument carries can fail on its way to SQLite or back out as JSON.
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from replica.api import DEFAULT_LIMIT, MAX_LIMIT
+from replica.checks import MAX_COUNT
 
 MAX_WAIT_SECONDS = 300.0
 
@@ -27,9 +32,26 @@ _WAIT = f"Seconds to block until something arrives when nothing is there yet (0-
 
 
 class Args(BaseModel):
-    """Base of argument models: aliases only, no extras, JSON-string lists accepted."""
+    """Base of argument models: aliases only, no extras, JSON-string lists accepted, valid Unicode only."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=False, hide_input_in_errors=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=False, hide_input_in_errors=True,
+                              allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _valid_unicode(cls, value: Any) -> Any:
+        for text in value if isinstance(value, list) else [value]:
+            if isinstance(text, str) and not _encodable(text):
+                raise ValueError("is not valid Unicode (it holds a lone surrogate)")
+        return value
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _json_list(value: object) -> object:
@@ -66,7 +88,8 @@ class CheckMessagesArgs(Args):
         None, alias="recipientInstanceId", description="Your instance id; defaults to the session's bound instance."
     )
     since: int | None = Field(
-        None, ge=0, description="Only messages after this cursor (a 'cursor' or message 'seq' from an earlier call)."
+        None, ge=0, le=MAX_COUNT,
+        description="Only messages after this cursor (a 'cursor' or message 'seq' from an earlier call).",
     )
     limit: int = Field(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="Most messages to return.")
     wait: float = Field(0.0, ge=0, description=_WAIT)
@@ -107,7 +130,8 @@ class SearchMessagesArgs(Args):
     channel: str | None = Field(
         None, description="Only messages addressed to this role (broadcasts and role lists included)."
     )
-    since: int | None = Field(None, ge=0, description="Only messages after this cursor (a message 'seq').")
+    since: int | None = Field(None, ge=0, le=MAX_COUNT,
+                              description="Only messages after this cursor (a message 'seq').")
     limit: int = Field(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="Most messages to return.")
 
 
@@ -145,7 +169,8 @@ class AppendArgs(Args):
 
 class PollArgs(Args):
     thread_id: str = Field(description="The thread id.")
-    after_seq: int = Field(0, ge=0, description="Only messages with seq greater than this (0 = from the start).")
+    after_seq: int = Field(0, ge=0, le=MAX_COUNT,
+                           description="Only messages with seq greater than this (0 = from the start).")
     limit: int = Field(MAX_LIMIT, ge=1, le=MAX_LIMIT, description="Most messages to return.")
     wait: float = Field(0.0, ge=0, description=_WAIT)
 
@@ -153,7 +178,7 @@ class PollArgs(Args):
 class MarkReadArgs(Args):
     thread_id: str = Field(description="The thread id.")
     agent_name: str = Field(description="The reading agent's name.")
-    seq: int = Field(ge=0, description="Mark every thread message with seq up to this one read.")
+    seq: int = Field(ge=0, le=MAX_COUNT, description="Mark every thread message with seq up to this one read.")
 
 
 # -- results -----------------------------------------------------------------------------

@@ -28,9 +28,11 @@ from peerd import home as homes
 from peerd.config import Config
 from peerd.errors import DaemonError
 from peerd.lazymount import McpBuilder
+from peerd.limits import raise_open_file_limit
 from peerd.local import LocalServer, build_app, mcp_builder
 from peerd.localapi import build_routes
 from peerd.node import Node
+from peerd.transport import HttpTransport
 from replica import Replica, open_home
 from replica.feed import ChangeFeed
 
@@ -73,10 +75,15 @@ class Daemon:
 
     async def start(self) -> dict[str, Any]:
         self._lock_home()
+        nofile = raise_open_file_limit()  # before any listener sizes its connection caps from it
         self.rep = await asyncio.to_thread(open_home, self.home)
         self.feed = await asyncio.to_thread(ChangeFeed.watching, self.rep)
         self.node = Node(self.cfg, self.rep, bind=self.bind, feed=self.feed)
         await self.node.start()
+        caps = self.node.transport.limits if isinstance(self.node.transport, HttpTransport) else None
+        if caps is not None:
+            log.info("open-file limit %d: peer port holds %d connections, %d per address", nofile,
+                     caps.max_connections, caps.per_source)
         self.info = {
             "pid": os.getpid(), "node_id": self.rep.node_id, "name": self.cfg.name,
             "fleet_id": self.cfg.fleet_id, "home": str(self.home),

@@ -8,8 +8,11 @@ Wire and storage form of a signed op (msgpack)::
 The signature covers the exact ``unsigned`` bytes, so verification never depends
 on re-encoding. Invariants checked by ``decode``: the encoding, the signature
 against the origin key, seq >= 1, the op size, a known kind and a body that
-matches the kind's schema and size limits. ``decode`` is pure: bytes in, ``Op``
-or ``InvalidOp`` out.
+matches the kind's schema and size limits. Every integer of an op (seq, hlc, the
+values of its writes) fits SQLite's signed 64 bits: seq in [1, 2^63 - 1], the
+others in [0, 2^63 - 1] or int64, so nothing a peer signs can overflow the store.
+``decode`` is pure: bytes in, ``Op`` or ``InvalidOp`` out; ``peek`` reads only
+what ``decode`` would accept as an identity.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ MAX_CONTENT_BYTES = 64 * 1024
 MAX_NAME_CHARS = 256
 MAX_WRITES_PER_OP = 1000
 ORIGIN_BYTES = 32
+MAX_SEQ = 2**63 - 1  # the largest SQLite integer: no op has a larger seq or hlc
+MAX_WALL_MS = 2**47 - 1  # the wall-clock part of an HLC (63 bits less 16 logical ones)
 
 KIND_MSG = "msg"
 KIND_SET = "set"
@@ -70,7 +75,7 @@ def parse_message_id(mid: str) -> tuple[bytes, int] | None:
     if len(head) != 2 * MESSAGE_ID_PREFIX or not tail.isascii() or not tail.isdigit() or len(tail) > 19:
         return None
     seq = int(tail)
-    if seq >= 2**63:  # no op has such a seq, and SQLite cannot even compare it
+    if not is_seq(seq):  # no op has such a seq, and SQLite cannot even compare it
         return None
     try:
         return bytes.fromhex(head), seq
@@ -109,9 +114,9 @@ def _check_header(header: Any) -> None:
         raise InvalidOp(f"unsupported op version {version!r}")
     if not isinstance(origin, bytes) or len(origin) != ORIGIN_BYTES:
         raise InvalidOp("origin is not a 32-byte node key")
-    if not _is_int(seq) or seq < 1:
-        raise InvalidOp("seq is not an integer >= 1")
-    if not _is_int(hlc) or hlc < 0 or hlc >= 1 << 63:
+    if not is_seq(seq):
+        raise InvalidOp(f"seq is not an integer in 1..{MAX_SEQ}")
+    if not _stamp(hlc):
         raise InvalidOp("hlc is not a non-negative 63-bit integer")
     if not isinstance(body, dict):
         raise InvalidOp("body is not a map")
@@ -128,7 +133,7 @@ def peek(raw: object) -> tuple[bytes, int] | None:
     if not (isinstance(header, list) and len(header) == 6):
         return None
     origin, seq = header[1], header[2]
-    if isinstance(origin, bytes) and len(origin) == ORIGIN_BYTES and _is_int(seq):
+    if isinstance(origin, bytes) and len(origin) == ORIGIN_BYTES and is_seq(seq):
         return origin, seq
     return None
 
@@ -151,6 +156,21 @@ def decode(raw: bytes) -> Op:
 
 def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_seq(v: object) -> bool:
+    """An op's seq: an integer (never a bool) in 1..MAX_SEQ."""
+    return isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_SEQ
+
+
+def _stamp(v: object) -> bool:
+    """An HLC stamp: an integer in 0..MAX_SEQ."""
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_SEQ
+
+
+def _wall_ms(v: object) -> bool:
+    """A wall-clock time in Unix milliseconds, as an HLC can carry it."""
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_WALL_MS
 
 
 def _name(v: object, what: str, *, optional: bool = False) -> None:
@@ -184,11 +204,11 @@ def _str_or_none(v: object) -> bool:
 
 # LWW tables: table -> (key arity, {field: value predicate})
 LWW_SCHEMA: dict[str, tuple[int, dict[str, Callable[[object], bool]]]] = {
-    "rcpt": (3, {"d": _is_int, "r": _is_int}),
+    "rcpt": (3, {"d": _wall_ms, "r": _wall_ms}),
     "prof": (1, {"name": _str_or_none, "static": _str_or_none, "dynamic": _str_or_none}),
     "agent": (1, {"name": lambda v: isinstance(v, str), "alive": lambda v: isinstance(v, bool)}),
     "member": (2, {"in": lambda v: isinstance(v, bool)}),
-    "thread": (1, {"created": _is_int}),
+    "thread": (1, {"created": _stamp}),
 }
 
 

@@ -45,7 +45,7 @@ def offenders(room: str, allowed: tuple[str, ...], banned: tuple[str, ...] = ())
     ("replica", ("replica",), ("asyncio", "aiohttp")),
     ("discovery", ("discovery",), ()),
     ("mcp_server", ("mcp_server", "replica"), ()),
-    ("peerd.protocol", ("peerd.protocol", "replica"), IO),
+    ("peerd.protocol", ("peerd.protocol", "replica", "discovery.seeds", "discovery.source"), IO),
     ("peerd.transport", ("peerd.errors",), ()),
     ("peerd.peers", ("peerd.protocol", "replica", "discovery.seeds"), IO),
 ])
