@@ -73,7 +73,9 @@ LOG_TEXT_MAX = 300  # characters of a peer's words (an error it sent, a kind it 
 
 
 def clip(text: str, limit: int = LOG_TEXT_MAX) -> str:
-    """``text`` cut to ``limit`` characters, so that no peer can make one log line long."""
+    """``text`` on one line and cut to ``limit`` characters, so that no peer can make a log line
+    long or make it look like several."""
+    text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -431,9 +433,9 @@ class Node:
             self.counters["exchange_failures"] += 1
             peer.last_error = f"peer exchange failed: {exc}"
             self._report_once(peer.addr, "exchange", f"peer exchange with {peer.addr} failed: {exc}")
-        except Exception as exc:
+        except Exception as exc:  # like a refused exchange, it leaves the peer reachable
             self.counters["exchange_failures"] += 1
-            self._peer_failed(peer, "peer exchange", exc)
+            self._peer_failed(peer, "peer exchange", exc, unreachable=False)
         else:
             self._recovered(peer.addr, "exchange")
 
@@ -458,8 +460,9 @@ class Node:
             log.error("internal error while %s (logged once): %s: %s", place, type(exc).__name__, exc,
                       exc_info=exc)
 
-    def _peer_failed(self, peer: Peer, kind: str, exc: BaseException) -> None:
-        """Something went wrong talking to ``peer``, whatever the exception: recorded against it."""
+    def _peer_failed(self, peer: Peer, kind: str, exc: BaseException, *, unreachable: bool = True) -> None:
+        """Something went wrong talking to ``peer``, whatever the exception: counted, kept as its
+        last error and, when ``unreachable``, a failure of the peer (backoff, then unreachable)."""
         self.counters["peer_errors"] += 1
         if isinstance(exc, PeerdError):
             why = str(exc)
@@ -467,7 +470,10 @@ class Node:
         else:
             why = f"internal error: {type(exc).__name__}: {exc}"
             self._bug(f"{kind} with a peer", exc)
-        self.table.failed(peer, time.monotonic(), why)
+        if unreachable:
+            self.table.failed(peer, time.monotonic(), why)
+        else:
+            peer.last_error = f"{kind} failed: {why}"
 
     async def _pusher(self) -> None:
         while True:

@@ -40,6 +40,7 @@ from typing import Any, NamedTuple, Protocol
 import aiohttp
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
 from peerd.errors import DaemonError, TransportError
 from peerd.limits import Gate, open_file_limit, peer_caps
@@ -166,19 +167,29 @@ class _GatedSite(web.BaseSite):
 
 
 class _ServerLog(logging.LoggerAdapter[logging.Logger]):
-    """aiohttp's server logger: a client's malformed HTTP is a refusal (one rate-limited line
-    through ``Server.refuse``, no traceback); anything else is ours and keeps its traceback."""
+    """aiohttp's server logger: a client's malformed HTTP (logged by aiohttp with a traceback, or at
+    debug level for a first line that is not HTTP at all) is a refusal, reported through
+    ``Server.refuse`` in one line; anything else is ours and keeps its traceback."""
 
     def __init__(self, report: Callable[[str, str], None]) -> None:
         super().__init__(logging.getLogger("aiohttp.server"), {})
         self.report = report
 
-    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
+    def _refusal(self, args: tuple[object, ...], exc_info: Any) -> bool:
         exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
-        if isinstance(exc, HttpProcessingError):
-            self.report(str(args[0]) if args else "", f"malformed HTTP ({exc.message or type(exc).__name__})")
-            return
-        super().exception(msg, *args, exc_info=exc_info, **kwargs)
+        if not isinstance(exc, HttpProcessingError):
+            return False
+        first = (exc.message or type(exc).__name__).strip().splitlines()[0]
+        self.report(str(args[0]) if args else "", f"malformed HTTP ({first})")
+        return True
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
+        if not self._refusal(args, exc_info):
+            super().exception(msg, *args, exc_info=exc_info, **kwargs)
+
+    def debug(self, msg: object, *args: object, exc_info: Any = None, **kwargs: Any) -> None:
+        if exc_info is None or not self._refusal(args, exc_info):
+            super().debug(msg, *args, exc_info=exc_info, **kwargs)
 
 
 class HttpTransport:
@@ -231,6 +242,8 @@ class HttpTransport:
                 return _closing(server, remote, 408, f"body not received within {limits.body_timeout:g} s")
             except web.HTTPRequestEntityTooLarge:
                 return _closing(server, remote, 413, f"body over the {self.max_body}-byte limit")
+            except (ConnectionError, RequestPayloadError) as exc:  # gone mid-body, or a broken chunked body
+                return _closing(server, remote, 400, f"body incomplete ({exc or type(exc).__name__})")
             answer = await server.answer(body, remote)
             if answer.status == 403:
                 return web.Response(status=403, text=answer.body.decode(errors="replace"))

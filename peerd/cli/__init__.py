@@ -49,7 +49,7 @@ def undecodable(argv: Sequence[str]) -> str | None:
 def main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if (bad := undecodable(argv)) is not None:  # checked once here, so no command meets one
-        print(f"peerd: argument {ascii(bad)} is not valid UTF-8 text", file=sys.stderr)
+        print(f"peerd: argument {bad!a} is not valid UTF-8 text", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     args = build_parser().parse_args(argv)
     try:
