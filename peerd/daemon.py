@@ -32,6 +32,7 @@ from peerd.limits import raise_open_file_limit
 from peerd.local import LocalServer, build_app, mcp_builder
 from peerd.localapi import build_routes
 from peerd.node import Node
+from peerd.ratelog import RateFilter
 from peerd.transport import HttpTransport
 from replica import Replica, open_home
 from replica.feed import ChangeFeed
@@ -133,7 +134,21 @@ def announce_ready(info: dict[str, Any]) -> None:
         pass
 
 
+LOCAL_REFUSALS = ("Invalid HTTP request received.",)  # what uvicorn logs for each malformed local request
+
+
+def quiet_library_logs() -> None:
+    """Libraries' lines about outsiders' requests, held to what ours are: the MCP SDK's per-session
+    INFO lines only at DEBUG, uvicorn's malformed-request warnings rate-limited."""
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        logging.getLogger("mcp").setLevel(logging.WARNING)
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, RateFilter) for f in uvicorn_log.filters):
+        uvicorn_log.addFilter(RateFilter(LOCAL_REFUSALS))
+
+
 async def run(home: Path, cfg: Config, *, bind: str = "0.0.0.0", advertise: str = "127.0.0.1") -> None:
+    quiet_library_logs()
     daemon = Daemon(home, cfg, bind=bind, advertise=advertise)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -245,7 +245,7 @@ class Node:
     def _flush_refusals(self, *, final: bool = False) -> None:
         self._flushes = {h for h in self._flushes if not h.cancelled() and h.when() > time.monotonic()}
         for source, count in self._refusals.due(float("inf") if final else time.monotonic()):
-            log.warning("%s", summary(source, count, self._refusals.window))
+            log.warning("%s", summary(source, count, self._refusals.window, self._refusals.burst))
 
     def _here(self, req: protocol.Request) -> protocol.Here:
         """What the protocol needs to know of this node to answer ``req`` (read on the loop)."""

@@ -6,7 +6,12 @@ must not flood the log. ``RateLog`` decides, per source, which events are
 written; the rest are counted and told in one summary line when the source's
 window ends.
 
-Invariants: pure (the caller passes the time and does the logging); per source
+``RateFilter`` applies the same rule to log records a library writes about
+refused requests (uvicorn's "Invalid HTTP request received." on the local
+port): per message text, ``burst`` records a window pass, and the next one to
+pass after a window that held some back says how many.
+
+Invariants: ``RateLog`` is pure (the caller passes the time and does the logging); per source
 and window of ``window`` seconds, the first ``burst`` events are written and
 the others only counted; a window with suppressed events yields exactly one
 summary, from ``due``, once it has ended; at most ``max_sources`` sources are
@@ -16,6 +21,9 @@ bounded whatever the number of sources.
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 BURST = 5
@@ -77,5 +85,32 @@ class RateLog:
             self._close(oldest, self._windows.pop(oldest))
 
 
-def summary(source: str, suppressed: int, window: float = WINDOW) -> str:
-    return f"suppressed {suppressed} more refused requests from {source} in {window:g} s"
+def summary(source: str, suppressed: int, window: float = WINDOW, burst: int = BURST) -> str:
+    return f"suppressed {suppressed} more refused requests from {source} (at most {burst} are told per {window:g} s)"
+
+
+class RateFilter(logging.Filter):
+    """A logging filter holding each of ``messages`` to ``burst`` records per ``window`` seconds."""
+
+    def __init__(self, messages: Iterable[str], *, burst: int = BURST, window: float = WINDOW,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.messages = frozenset(messages)
+        self.rate = RateLog(burst=burst, window=window)
+        self.clock = clock
+        self._held: dict[str, int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = str(record.msg)
+        if key not in self.messages:
+            return True
+        now = self.clock()
+        verdict = self.rate.note(key, now)
+        for source, count in self.rate.due(now):
+            self._held[source] = self._held.get(source, 0) + count
+        if not verdict.write:
+            return False
+        held = self._held.pop(key, 0)
+        if held:
+            record.msg = f"{key} ({held} more like it were not logged)"
+        return True
