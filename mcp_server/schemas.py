@@ -8,8 +8,8 @@ Invariants:
   argument is an error rather than silently ignored.
 * Published input schemas are plain and portable: no titles, optional
   arguments are simply not required (never ``null`` unions).
-* Every number is bounded in the schema itself: cursors and seqs in
-  0..2^63-1 (SQLite's integers), limits in 1..``MAX_LIMIT``, waits finite and
+* Every number is bounded in the schema itself: cursors in 0..2^63-1
+  (SQLite's integers), thread seqs in 0..2^53-1, limits in 1..``MAX_LIMIT``, waits finite and
   >= 0; every string must be valid Unicode (no lone surrogate), so nothing an
   argument carries can fail on its way to SQLite or back out as JSON.
 """
@@ -23,7 +23,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from pydantic.alias_generators import to_camel
 
 from replica.api import DEFAULT_LIMIT, MAX_LIMIT
-from replica.checks import MAX_COUNT
+from replica.checks import MAX_COUNT, MAX_SEQ
 
 MAX_WAIT_SECONDS = 300.0
 
@@ -139,7 +139,7 @@ class SearchMessagesArgs(Args):
 
 
 class CreateAgentArgs(Args):
-    name: str = Field(description="The new agent's unique name.")
+    name: str = Field(description="The agent's name; an existing agent of that name is returned.")
 
 
 class DeleteAccountArgs(Args):
@@ -169,7 +169,7 @@ class AppendArgs(Args):
 
 class PollArgs(Args):
     thread_id: str = Field(description="The thread id.")
-    after_seq: int = Field(0, ge=0, le=MAX_COUNT,
+    after_seq: int = Field(0, ge=0, le=MAX_SEQ,
                            description="Only messages with seq greater than this (0 = from the start).")
     limit: int = Field(MAX_LIMIT, ge=1, le=MAX_LIMIT, description="Most messages to return.")
     wait: float = Field(0.0, ge=0, description=_WAIT)
@@ -178,7 +178,7 @@ class PollArgs(Args):
 class MarkReadArgs(Args):
     thread_id: str = Field(description="The thread id.")
     agent_name: str = Field(description="The reading agent's name.")
-    seq: int = Field(ge=0, le=MAX_COUNT, description="Mark every thread message with seq up to this one read.")
+    seq: int = Field(ge=0, le=MAX_SEQ, description="Mark every thread message with seq up to this one read.")
 
 
 # -- results -----------------------------------------------------------------------------
@@ -291,6 +291,7 @@ class WhoamiOut(Camel):
 class AgentOut(Snake):
     agent_id: str
     name: str
+    created: bool = Field(description="False when an agent of that name already existed (it is returned).")
 
 
 class DeletedOut(Snake):
@@ -310,6 +311,7 @@ class ThreadInfoOut(Snake):
     participants: list[str]
     message_count: int
     latest_activity: str | None
+    latest_message: ThreadMessageOut | None
 
 
 class ThreadStatusOut(Snake):

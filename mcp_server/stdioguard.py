@@ -112,7 +112,7 @@ async def guarded_stdio() -> AsyncIterator[tuple[AnswerBadLines, WriteStream[Ses
         yield AnswerBadLines(read, write), write
 
 
-async def run_stdio(server: MCPServer[Any]) -> None:
+async def run_guarded(server: MCPServer[Any]) -> None:
     """``server.run_stdio_async()``, through ``guarded_stdio``."""
     lowlevel = server._lowlevel_server
     async with guarded_stdio() as (read, write):

@@ -113,11 +113,14 @@ class Thread(_Dict):
 
 @dataclass(frozen=True)
 class ThreadMessage(_Dict):
+    """A thread message; ``seq`` is its number within the thread (1, 2, 3, ... in arrival order here)."""
+
     seq: int
     id: str
     sender: str
     content: str
     created: str
+    thread_id: str
 
 
 @dataclass(frozen=True)

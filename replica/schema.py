@@ -72,5 +72,17 @@ CREATE TABLE senders(
 INSERT INTO meta(k, v) VALUES ('fts_upto', 0);
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2)
+# Per-thread numbers: ``thread_seqs`` gives each thread message its number
+# within its thread, 1, 2, 3, ... in the order it landed in this replica (the
+# ``seq`` of the thread API and tools); a projection of the ops like the others.
+# Existing thread messages are numbered per thread by lseq, the order they landed in.
+SCHEMA_THREAD_SEQS = """
+CREATE TABLE thread_seqs(lseq INTEGER PRIMARY KEY, thread TEXT NOT NULL, tseq INTEGER NOT NULL);
+CREATE UNIQUE INDEX thread_seqs_by_thread ON thread_seqs(thread, tseq);
+INSERT INTO thread_seqs(lseq, thread, tseq)
+    SELECT lseq, thread, row_number() OVER (PARTITION BY thread ORDER BY lseq) FROM ops
+    WHERE thread IS NOT NULL AND id IS NOT NULL
+"""
+
+MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_THREAD_SEQS)
 LATEST = len(MIGRATIONS)

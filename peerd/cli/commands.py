@@ -27,7 +27,7 @@ from peerd import home as homes
 from peerd.cli import format as fmt
 from peerd.cli.backends import Backend, backend, daemon
 from peerd.cli.errors import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, CliError
-from peerd.config import decode_fleet_key, init_home, load_config, with_overrides
+from peerd.config import decode_fleet_key, init_home, with_overrides
 from peerd.invite import apply_invite, make_invite
 from replica import open_home
 
@@ -117,22 +117,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _advertise(bind: str) -> str:
     return "127.0.0.1" if bind in ("0.0.0.0", "::", "") else bind
-
-
-def cmd_mcp(args: argparse.Namespace) -> int:
-    import asyncio  # noqa: PLC0415 - keeps quick commands quick to start
-
-    try:
-        from mcp_server.stdio import run_stdio  # noqa: PLC0415 - heavy import, only for this command
-    except ImportError as exc:
-        raise CliError(f"the MCP server is not available: {exc}") from None
-    cfg_file = homes.config_path(_home(args))
-    fleet = load_config(cfg_file).fleet_id if cfg_file.exists() else None
-    from peerd.feedlink import DaemonLink  # noqa: PLC0415
-
-    asyncio.run(run_stdio(_home(args), role=args.role, instance=args.instance, fleet_id=fleet,
-                          source=DaemonLink(_home(args))))
-    return 0
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

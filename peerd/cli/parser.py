@@ -18,7 +18,6 @@ from peerd.cli.commands import (
     cmd_invite,
     cmd_join,
     cmd_log,
-    cmd_mcp,
     cmd_peers,
     cmd_profile,
     cmd_read,
@@ -28,6 +27,7 @@ from peerd.cli.commands import (
     cmd_status,
     cmd_threads,
 )
+from peerd.cli.mcpserve import DEFAULT_HTTP_PORT, cmd_mcp
 
 
 def _positive(text: str) -> float:
@@ -66,9 +66,20 @@ def _setup_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     s.set_defaults(fn=cmd_run)
 
-    s = sub.add_parser("mcp", parents=[common], help="serve MCP over stdio on this home's replica")
-    s.add_argument("--role", help="bind this session to a role (used when a tool call omits it)")
-    s.add_argument("--instance", help="bind this session to an instance id")
+    s = sub.add_parser("mcp", parents=[common],
+                       help="serve the MCP tools (stdio or HTTP) on this home's replica, a replica file or memory")
+    s.add_argument("--transport", choices=["stdio", "http"], default="stdio",
+                   help="stdio (default), or streamable HTTP on 127.0.0.1 at /mcp")
+    where = s.add_mutually_exclusive_group()
+    where.add_argument("--db-path", metavar="FILE",
+                       help="serve this replica file (created if missing, its node key kept beside it)")
+    where.add_argument("--in-memory", action="store_true",
+                       help="serve a replica in this process's memory (shared with nobody, gone on exit)")
+    s.add_argument("--host", help="with --transport http: 127.0.0.1 (default) or localhost")
+    s.add_argument("--port", type=int,
+                   help=f"with --transport http: the port (default {DEFAULT_HTTP_PORT}; 0 picks a free one)")
+    s.add_argument("--role", help="stdio: bind this session to a role (used when a tool call omits it)")
+    s.add_argument("--instance", help="stdio: bind this session to an instance id")
     s.set_defaults(fn=cmd_mcp)
 
 
