@@ -57,7 +57,6 @@ INSTRUCTIONS = (
 ReplicaSource = Replica | Callable[[], Replica]
 
 log = logging.getLogger("mcp_server")
-_BUGS_TOLD: set[tuple[str, str]] = set()  # (tool, exception type) already logged with a traceback
 
 
 class _RawArguments(ArgModelBase):
@@ -134,7 +133,7 @@ async def run_tool(spec: ToolSpec[Any, Any], env: Env, ctx: Context[Any, Any],
     try:
         return await _run(spec, env, ctx, arguments)
     except Exception as exc:
-        return internal_error(spec.name, exc)
+        return internal_error(spec.name, exc, env.bugs_told)
 
 
 async def _run(spec: ToolSpec[Any, Any], env: Env, ctx: Context[Any, Any],
@@ -151,13 +150,14 @@ async def _run(spec: ToolSpec[Any, Any], env: Env, ctx: Context[Any, Any],
     return success_result(out)
 
 
-def internal_error(tool: str, exc: Exception) -> CallToolResult:
-    """A bug of ours met in ``tool``: told to the caller as ``internal_error``, logged for us."""
+def internal_error(tool: str, exc: Exception, told: set[tuple[str, str]]) -> CallToolResult:
+    """A bug of ours met in ``tool``: told to the caller as ``internal_error``, logged for us
+    (with the traceback when ``told`` shows it is the first of its kind)."""
     key = (tool, type(exc).__name__)
-    if key in _BUGS_TOLD:
+    if key in told:
         log.error("tool %s failed again: %s: %s", tool, type(exc).__name__, exc)
     else:
-        _BUGS_TOLD.add(key)
+        told.add(key)
         log.error("tool %s failed (a bug): %s: %s", tool, type(exc).__name__, exc, exc_info=exc)
     return error_result("internal_error", f"{type(exc).__name__}: {exc}")
 

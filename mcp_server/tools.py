@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
@@ -55,6 +55,7 @@ class Env:
     waiter: Waiter
     bind: SessionBinding
     fleet_id: FleetIdProvider | None = None
+    bugs_told: set[tuple[str, str]] = field(default_factory=set)  # (tool, exception type) logged with a traceback
 
 
 @dataclass(frozen=True)

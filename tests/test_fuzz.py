@@ -350,6 +350,20 @@ def test_any_stdio_line_gets_an_answer_and_the_server_goes_on(stdio: StdioServer
             assert "result" in msg or "method" in msg, msg
 
 
+@pytest.mark.parametrize(("line", "code", "rid"), [
+    (b"this is not json", -32700, None),
+    (b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"\\ud800"}}', -32700, None),  # a lone surrogate
+    (b'{"jsonrpc":"2.0","id":2,"method":5}', -32600, 2),
+    (b'{"jsonrpc":"2.0","id":3,"method":"tools/list"', -32700, None),
+    (b"\xed\xa0\x80", -32700, None),
+])
+def test_the_issue_lines_get_exactly_one_json_rpc_error(stdio: StdioServer, line: bytes, code: int,
+                                                         rid: int | None) -> None:
+    """The lines the SDK dropped silently: one error each (with the request's id when it can be read)."""
+    stdio.send(line)
+    assert [(m.get("id"), m["error"]["code"]) for m in stdio.answers_until_ping()] == [(rid, code)]
+
+
 # -- the command line -------------------------------------------------------------------------------------
 
 CLI_TEXT = st.one_of(TEXT.filter(lambda t: "\x00" not in t), st.sampled_from(["\udcff", "-1", "99999999999999999999",

@@ -4,16 +4,20 @@ refusals logged once, stale peers forgotten (pure rules and whole nodes in memor
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mcp import Client
 
 from discovery.seeds import parse_address
 from discovery.source import SeedError
+from mcp_server import FeedWaiter, build_server
 from peerd import protocol
 from peerd.config import Config, new_fleet_key
 from peerd.errors import TransportError
@@ -24,8 +28,10 @@ from peerd.protocol import ProtocolError
 from peerd.ratelog import RateLog
 from peerd.seal import open_sealed, seal
 from peerd.transport import Answer, HttpTransport, MemoryNetwork
-from replica import InvalidOp, Replica, StoreError, hlc, identity
+from replica import InvalidOp, Replica, StoreError, hlc, identity, open_home
+from replica.feed import ChangeFeed
 from replica.ops import KIND_MSG, KIND_SET, MAX_SEQ, encode, peek
+from tests.daemons import PEERD
 from tests.waiting import eventually
 
 ME = b"me------"
@@ -218,7 +224,7 @@ def test_the_gate_never_lets_a_source_or_the_port_past_its_cap(events: list[tupl
 @given(st.lists(st.tuples(st.sampled_from(["x", "y"]), st.floats(0, 5)), max_size=300))
 def test_the_rate_log_writes_a_burst_then_one_summary_per_window(steps: list[tuple[str, float]]) -> None:
     """At most 2 x burst lines per source in any window-long span; every other event is told once in a summary."""
-    log = RateLog(burst=3, window=10.0, max_sources=1)
+    log = RateLog(burst=3, window=10.0, max_sources=2)
     now, written, told = 0.0, 0, 0
     lines: dict[str, list[float]] = {"x": [], "y": []}
     for source, gap in steps:
@@ -231,6 +237,19 @@ def test_the_rate_log_writes_a_burst_then_one_summary_per_window(steps: list[tup
         told += sum(n for _, n in log.due(now))
     told += sum(n for _, n in log.due(now + 1e9))
     assert written + told == len(steps)
+
+
+@given(st.lists(st.tuples(st.integers(0, 9).map(str), st.floats(0, 5)), max_size=300))
+def test_the_rate_log_stays_bounded_and_loses_no_count(steps: list[tuple[str, float]]) -> None:
+    """More sources than it tracks: it keeps at most max_sources windows, and still tells every event once."""
+    log = RateLog(burst=2, window=10.0, max_sources=3)
+    now, told, written = 0.0, 0, 0
+    for source, gap in steps:
+        now += gap
+        written += log.note(source, now).write
+        told += sum(n for _, n in log.due(now))
+        assert len(log._windows) <= 3
+    assert written + told + sum(n for _, n in log.due(now + 1e9)) == len(steps)
 
 
 def test_the_rate_log_tells_a_flood_in_one_summary() -> None:
@@ -412,3 +431,77 @@ async def test_gossip_goes_on_after_a_scheduling_bug(nodes: Nodes, monkeypatch: 
     a._wake.set()
     await eventually(lambda: calls["n"] > 3 and a.counters["rounds"] > 0, 15, "rounds after the bug")
     assert a.counters["internal_errors"] >= 2
+
+
+# -- MCP and the command line ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def served_replica(tmp_path: Path) -> Iterator[tuple[Replica, FeedWaiter]]:
+    rep = open_home(tmp_path / "home")
+    feed = ChangeFeed(rep)
+    waiter = FeedWaiter(feed)
+    yield rep, waiter
+    waiter.close()
+    feed.close()
+    rep.close()
+
+
+def _text(result: Any) -> str:
+    return str(result.content[0].text)
+
+
+@pytest.mark.parametrize(("tool", "args", "expected"), [
+    ("search_messages", {"query": "\x00"}, "invalid_argument: query must not contain NUL characters"),
+    ("search_messages", {"query": "a", "since": 2**63}, "invalid_argument: 'since'"),
+    ("check_messages", {"recipient": "bob", "since": 2**64}, "invalid_argument: 'since'"),
+    ("send_message", {"from": "a", "channel": "b", "content": "\ud800"},
+     "invalid_argument: 'content': is not valid Unicode (it holds a lone surrogate)"),
+    ("message_status", {"messageId": "0123456789abcdef-99999999999999999999"}, "not_found: unknown message id"),
+    ("check_messages", {"recipient": "bob", "wait": float("inf")}, "invalid_argument: 'wait'"),
+])
+async def test_mcp_arguments_of_the_issue_get_clear_errors(served_replica: tuple[Replica, FeedWaiter], tool: str,
+                                                           args: dict[str, Any], expected: str) -> None:
+    """A NUL search, integers of 2^63 or more, a lone surrogate, 19-digit ids: clear errors, nothing written."""
+    rep, waiter = served_replica
+    before = rep.state_digest()
+    async with Client(build_server(rep, waiter=waiter)) as client:  # entered and left in this task, as anyio wants
+        result = await client.call_tool(tool, args)
+    assert result.is_error and _text(result).startswith(expected), _text(result)
+    assert rep.state_digest() == before
+
+
+async def test_a_bug_in_a_tool_is_internal_error_and_logged_once(
+        served_replica: tuple[Replica, FeedWaiter], caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_tool catches everything: a handler's ZeroDivisionError becomes internal_error (not the SDK's
+    generic text), logged with its traceback the first time and in one line after that."""
+    rep, waiter = served_replica
+    caplog.set_level(logging.ERROR, logger="mcp_server")
+
+    def broken(_r: Replica) -> list[Any]:
+        return [1 / 0]
+
+    monkeypatch.setattr(Replica, "list_profiles", broken)
+    async with Client(build_server(rep, waiter=waiter)) as client:
+        for _ in range(3):
+            result = await client.call_tool("list_peers", {})
+            assert result.is_error and _text(result) == "internal_error: ZeroDivisionError: division by zero"
+        assert (await client.call_tool("whoami", {})).is_error is False, "the server goes on"
+    ours = [r for r in caplog.records if r.name == "mcp_server"]
+    assert len(ours) == 3 and [bool(r.exc_info) for r in ours] == [True, False, False]
+
+
+@pytest.mark.parametrize("argv", [
+    [b"send", b"--from", b"a", b"--to", b"b", b"\xed\xa0\x80"],  # a UTF-8-encoded lone surrogate
+    [b"search", b"\xff"],
+    [b"profile", b"\xff"],
+])
+def test_an_argument_that_is_not_utf8_is_a_usage_error(tmp_path: Path, argv: list[bytes]) -> None:
+    """`peerd send` (and any command) with undecodable bytes: exit 2 and one line, never a traceback."""
+    open_home(tmp_path / "home").close()
+    proc = subprocess.run([bytes(PEERD), *argv, b"--home", bytes(tmp_path / "home")], capture_output=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(b"peerd: argument ") and b"is not valid UTF-8 text" in proc.stderr
+    assert b"Traceback" not in proc.stderr
