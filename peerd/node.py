@@ -422,7 +422,8 @@ class Node:
             self.counters["expired_peers"] += 1
             self._outbox.pop(peer.addr, None)
             self._reported = {k for k in self._reported if k[0] != peer.addr}
-            log.info("forgot peer %s (%s, never answering: %s)", peer.addr, peer.source, peer.last_error)
+            log.info("forgot peer %s (learnt by %s, not answering: %s)", peer.addr, peer.source,
+                     clip(peer.last_error or ""))
 
     async def _exchange(self, peer: Peer) -> None:
         """A peer exchange after a round; a failure is counted, kept as the peer's last error

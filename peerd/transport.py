@@ -22,7 +22,9 @@ closed as it is accepted (``limits.Gate``); one still without a complete request
 head ``head_timeout`` after it opened (or after its last reply) is dropped; a
 body not complete within ``body_timeout`` gets 408, one declared (or grown)
 over ``max_body`` gets 413 before (or instead of) being read, and the
-connection closes after either. Every such refusal, and malformed HTTP, is
+connection closes after either, once whatever the client still sends in the
+next ``LINGER`` seconds has been read and dropped (so that it sees the answer
+rather than a reset; nothing of it is kept). Every such refusal, and malformed HTTP, is
 reported to the server (``Server.refuse``), which decides what to log; nothing
 here logs a traceback for a client's fault.
 """
@@ -80,6 +82,7 @@ class Transport(Protocol):
 
 HEAD_TIMEOUT = 10.0  # seconds from a connection (or the end of its last reply) to a complete request head
 BODY_TIMEOUT = 10.0  # seconds from the head to the whole body
+LINGER = 2.0  # seconds a refused body is still read (and dropped) so its sender sees the refusal, not a reset
 CLIENT_KEEPALIVE = 5.0  # our client drops idle connections before a server's head timeout could
 
 
@@ -211,13 +214,15 @@ class HttpTransport:
         self._runner = web.AppRunner(
             app, access_log=None, handle_signals=False, logger=_ServerLog(server.refuse),
             keepalive_timeout=limits.head_timeout,  # aiohttp drops a connection still awaiting a head then
-            lingering_time=0, auto_decompress=False,  # never read on after a refusal; bodies are sealed
+            lingering_time=LINGER,  # after a 408 or 413, drain (never buffer) the rest briefly, then close
+            auto_decompress=False,  # bodies are sealed: nothing to decompress, no decompression bomb
         )
         await self._runner.setup()
         gate = self.gate = Gate(limits.max_connections, limits.per_source)
         site = _GatedSite(self._runner, host, port, gate,
                           lambda source: server.refuse(source, "too many connections from this address"
-                                                       if gate.held(source) else "the peer port is full"))
+                                                       if gate.held(source) >= gate.per_source
+                                                       else "the peer port is full"))
         try:
             await site.start()
         except OSError as exc:

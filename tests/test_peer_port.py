@@ -130,6 +130,14 @@ async def test_a_declared_body_over_the_limit_is_refused_unread(served: tuple[Ht
     assert rec.refused == [("127.0.0.1", "body of 300000000 bytes is over the 1000-byte limit")]
 
 
+async def test_a_sender_still_sending_a_refused_body_reads_the_413(served: tuple[HttpTransport, Recorder, int]) -> None:
+    """A client that sends a whole 3 MB body past the limit sees the 413 (drained, not reset under it)."""
+    _http, rec, port = served
+    reply = await asyncio.to_thread(post, port, b"z" * 3_000_000)
+    assert reply.startswith(b"HTTP/1.1 413")
+    assert rec.refused == [("127.0.0.1", "body of 3000000 bytes is over the 1000-byte limit")]
+
+
 async def test_a_chunked_body_over_the_limit_is_cut_off(served: tuple[HttpTransport, Recorder, int]) -> None:
     """A chunked body (no length to judge up front) gets 413 once it passes the limit."""
     _http, rec, port = served
