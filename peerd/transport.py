@@ -42,6 +42,7 @@ from typing import Any, NamedTuple, Protocol
 import aiohttp
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestPayloadError
 
 from peerd.errors import DaemonError, TransportError
@@ -209,8 +210,9 @@ class HttpTransport:
 
     async def listen(self, server: Server, host: str, port: int) -> int:
         limits = self.limits = self.limits or ServeLimits.for_open_files()
-        app = web.Application(client_max_size=self.max_body)
-        app.router.add_post(PATH, self._handler(server, limits))
+        app = web.Application(client_max_size=self.max_body,
+                              middlewares=[bounded_body(server.refuse, self.max_body, limits.body_timeout)])
+        app.router.add_post(PATH, self._handler(server))
         self._runner = web.AppRunner(
             app, access_log=None, handle_signals=False, logger=_ServerLog(server.refuse),
             keepalive_timeout=limits.head_timeout,  # aiohttp drops a connection still awaiting a head then
@@ -234,22 +236,10 @@ class HttpTransport:
             ) from None
         return int(self._runner.addresses[0][1])
 
-    def _handler(self, server: Server, limits: ServeLimits) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    @staticmethod
+    def _handler(server: Server) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def handle(request: web.Request) -> web.StreamResponse:
-            remote = request.remote or ""
-            declared = request.content_length
-            if declared is not None and declared > self.max_body:  # refused unread
-                return _closing(server, remote, 413, f"body of {declared} bytes is over the {self.max_body}-byte limit")
-            try:
-                async with asyncio.timeout(limits.body_timeout):
-                    body = await request.read()
-            except TimeoutError:
-                return _closing(server, remote, 408, f"body not received within {limits.body_timeout:g} s")
-            except web.HTTPRequestEntityTooLarge:
-                return _closing(server, remote, 413, f"body over the {self.max_body}-byte limit")
-            except (ConnectionError, RequestPayloadError) as exc:  # gone mid-body, or a broken chunked body
-                return _closing(server, remote, 400, f"body incomplete ({exc or type(exc).__name__})")
-            answer = await server.answer(body, remote)
+            answer = await server.answer(await request.read(), request.remote or "")  # read already: cached
             if answer.status == 403:
                 return web.Response(status=403, text=answer.body.decode(errors="replace"))
             return web.Response(status=answer.status, body=answer.body, content_type="application/octet-stream")
@@ -299,9 +289,38 @@ class HttpTransport:
             self._session = None
 
 
-def _closing(server: Server, remote: str, status: int, why: str) -> web.Response:
-    """A refusal the transport makes itself: reported to the server, and the connection closes."""
-    server.refuse(remote, why)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def bounded_body(refuse: Callable[[str, str], None], max_body: int, timeout: float) -> Middleware:
+    """aiohttp middleware: every request's body is read before its handler runs (which then gets
+    it from the request's cache), within ``max_body`` bytes and ``timeout`` seconds; refusals
+    (413 on the declared length, unread; 413 past the limit; 408; 400 when cut off) go to
+    ``refuse`` and close the connection. On every route, whoever adds one."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        remote = request.remote or ""
+        declared = request.content_length
+        if declared is not None and declared > max_body:  # refused unread
+            return _closing(refuse, remote, 413, f"body of {declared} bytes is over the {max_body}-byte limit")
+        try:
+            async with asyncio.timeout(timeout):
+                await request.read()
+        except TimeoutError:
+            return _closing(refuse, remote, 408, f"body not received within {timeout:g} s")
+        except web.HTTPRequestEntityTooLarge:
+            return _closing(refuse, remote, 413, f"body over the {max_body}-byte limit")
+        except (ConnectionError, RequestPayloadError) as exc:  # gone mid-body, or a broken chunked body
+            return _closing(refuse, remote, 400, f"body incomplete ({exc or type(exc).__name__})")
+        return await handler(request)
+
+    return middleware
+
+
+def _closing(refuse: Callable[[str, str], None], remote: str, status: int, why: str) -> web.Response:
+    """A refusal the transport makes itself: reported, and the connection closes."""
+    refuse(remote, why)
     resp = web.Response(status=status, text=why)
     resp.force_close()
     return resp

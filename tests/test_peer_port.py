@@ -138,6 +138,16 @@ async def test_a_sender_still_sending_a_refused_body_reads_the_413(served: tuple
     assert rec.refused == [("127.0.0.1", "body of 3000000 bytes is over the 1000-byte limit")]
 
 
+@pytest.mark.parametrize("path", ["/v1", "/join", "/anything/else"])
+async def test_the_body_bounds_hold_on_every_path(served: tuple[HttpTransport, Recorder, int], path: str) -> None:
+    """The bounds are the server's, not one route's: a slow body to any path gets 408 before a 404."""
+    _http, rec, port = served
+    with connect(port) as s:
+        s.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n" + b"x")
+        reply = await asyncio.to_thread(read_all, s)
+    assert reply.startswith(b"HTTP/1.1 408") and rec.refused == [("127.0.0.1", "body not received within 0.5 s")]
+
+
 async def test_a_chunked_body_over_the_limit_is_cut_off(served: tuple[HttpTransport, Recorder, int]) -> None:
     """A chunked body (no length to judge up front) gets 413 once it passes the limit."""
     _http, rec, port = served
