@@ -203,6 +203,11 @@ class SentOut(Camel):
     recipients: list[str] = Field(description="Roles the message is addressed to ('broadcast' for everyone).")
     created: str
     seq: int
+    unknown_recipients: list[str] = Field(
+        default_factory=list, description="Addressed roles never seen in the fleet (no profile, never sent, never "
+        "checked an inbox): likely a typo. The message is stored all the same and waits for them.")
+    known_roles: list[str] | None = Field(
+        None, description="When some recipients are unknown: roles this node knows, closest spellings first.")
 
 
 class InboxItem(Camel):

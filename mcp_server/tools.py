@@ -27,7 +27,7 @@ from pydantic import BaseModel
 
 from mcp_server import schemas as s
 from mcp_server.waiter import Waiter
-from replica import Agent, InvalidArgument, NotFound, Profile, Replica, SenderSeen
+from replica import Agent, InvalidArgument, NotFound, Profile, RecipientCheck, Replica, SenderSeen, SentMessage
 
 RECENT = timedelta(minutes=15)
 
@@ -180,13 +180,21 @@ def _require_thread(r: Replica, tid: str) -> list[str]:
 # -- messaging -----------------------------------------------------------------------------
 
 
+def _send_checked(r: Replica, sender: str, a: s.SendMessageArgs,
+                  from_inst: str | None) -> tuple[RecipientCheck, SentMessage]:
+    """Which recipients were never seen (asked before the send, which makes the sender known), and the send."""
+    check = r.recipient_check(a.channel)
+    return check, r.send_message(sender, a.channel, a.content, a.instance_id, from_inst)
+
+
 async def send_message(call: Call, a: s.SendMessageArgs) -> s.SentOut:
     sender = role_of(a.sender, call.bind, "from")
     from_inst = instance_of(a.from_instance_id, sender, call.bind)
-    sent = await call.run(Replica.send_message, sender, a.channel, a.content, a.instance_id, from_inst)
+    check, sent = await call.run(_send_checked, sender, a, from_inst)
     return s.SentOut(id=sent.id, sender=sender, from_instance_id=from_inst, channel=a.channel.strip(),
                      instance_id=a.instance_id, recipients=list(sent.recipients), created=sent.created,
-                     seq=sent.seq)
+                     seq=sent.seq, unknown_recipients=list(check.unknown_recipients),
+                     known_roles=list(check.known_roles) if check.unknown_recipients else None)
 
 
 async def check_messages(call: Call, a: s.CheckMessagesArgs) -> s.InboxOut:

@@ -32,6 +32,7 @@ from replica.models import (
     Page,
     Profile,
     ReadState,
+    RecipientCheck,
     RecipientStatus,
     SearchHit,
     SenderSeen,
@@ -42,6 +43,7 @@ from replica.models import (
     ThreadSummary,
     receipt_state,
 )
+from replica.routing import DEFAULT_BROADCAST_HISTORY_MS
 from replica.store import Store, check_file
 
 log = logging.getLogger("replica")
@@ -59,9 +61,9 @@ def key_path(db: Path) -> Path:
     return db.with_name(KEY_FILE) if db.name == REPLICA_FILE else db.with_name(f"{db.name}.key")
 
 
-def open_file(db: Path) -> Replica:
+def open_file(db: Path, *, broadcast_history_ms: int = DEFAULT_BROADCAST_HISTORY_MS) -> Replica:
     """Open the replica file ``db`` as the node whose key is kept beside it (``key_path``),
-    creating file and key if needed.
+    creating file and key if needed (``broadcast_history_ms``: see ``Replica.open``).
 
     A node key whose database is gone (deleted, restored without it) is retired, not
     reused: its peers still hold its old ops, so new ops under the same key would reuse
@@ -76,21 +78,22 @@ def open_file(db: Path) -> Replica:
                     "this replica starts as a new node", retired.name)
     st = Store(db)  # before the key: a file that is no replica gets no key beside it
     try:
-        return Replica(st, identity.load_or_create(key))
+        return Replica(st, identity.load_or_create(key), broadcast_history_ms=broadcast_history_ms)
     except BaseException:
         st.close()
         raise
 
 
-def open_home(home: Path) -> Replica:
+def open_home(home: Path, *, broadcast_history_ms: int = DEFAULT_BROADCAST_HISTORY_MS) -> Replica:
     """Open the replica kept in ``home`` (creating folder, key and database if needed)."""
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return open_file(home / REPLICA_FILE)
+    return open_file(home / REPLICA_FILE, broadcast_history_ms=broadcast_history_ms)
 
 
 __all__ = [
     "Agent", "ApplyResult", "FileCheck", "Inbox", "InboxMessage", "InvalidArgument", "InvalidOp", "LocalError",
-    "LogMessage", "MessageLog", "NotFound", "Page", "PeerdError", "Profile", "ReadState", "RecipientStatus",
+    "LogMessage", "MessageLog", "NotFound", "Page", "PeerdError", "Profile", "ReadState", "RecipientCheck",
+    "RecipientStatus",
     "RemoteError", "Replica", "SearchHit", "SenderSeen", "SentMessage", "StoreError", "Thread", "ThreadInfo",
     "ThreadMessage", "ThreadSummary", "Undecodable",
     "agent_id_for", "check_file", "key_path", "open_file", "open_home", "receipt_state",

@@ -209,6 +209,8 @@ LWW_SCHEMA: dict[str, tuple[int, dict[str, Callable[[object], bool]]]] = {
     "agent": (1, {"name": lambda v: isinstance(v, str), "alive": lambda v: isinstance(v, bool)}),
     "member": (2, {"in": lambda v: isinstance(v, bool)}),
     "thread": (1, {"created": _stamp}),
+    # not last-writer-wins: the earliest time wins (``replica.firstseen``)
+    "seen": (1, {"at": _wall_ms}),
 }
 
 

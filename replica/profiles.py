@@ -35,7 +35,8 @@ class Profiles(ReplicaCore):
         writes = [["prof", [oid], f, check_content(v, f)] for f, v in fields.items() if v is not None]
         if not writes:
             raise InvalidArgument("give at least one of name, static, dynamic")
-        self._set(writes)
+        _, seen = self._first_seen(oid, self._wall())
+        self._set(seen + writes)
         profile = self.get_profile(oid)
         assert profile is not None
         return profile

@@ -5,7 +5,8 @@ rowid is the local arrival sequence ``lseq``); a message op also carries its
 message columns in the same row (one insert per message; ``messages`` is a
 view over them). ``routes`` files messages to several roles under each role;
 a message to one role or to ``broadcast`` is found through its channel column.
-Every other table is a projection of the ops and can be rebuilt from them.
+Every other table is a projection of the ops and can be rebuilt from them;
+``first_seen`` is a min-register per role (``replica.firstseen``).
 ``origins.hlc`` on this node's own row is the persisted HLC high-water mark. ``meta.schema_version``
 says which migrations have run; migrations only ever move forward.
 """
@@ -84,5 +85,13 @@ INSERT INTO thread_seqs(lseq, thread, tseq)
     WHERE thread IS NOT NULL AND id IS NOT NULL
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_THREAD_SEQS)
+# When each role was first seen (``replica.firstseen``): the min over the messages it sent
+# and the ``seen`` register writes; the messages already held give the start.
+SCHEMA_FIRST_SEEN = """
+CREATE TABLE first_seen(role TEXT PRIMARY KEY, at INTEGER NOT NULL) WITHOUT ROWID;
+INSERT INTO first_seen(role, at)
+    SELECT sender, min(hlc) >> 16 FROM ops WHERE id IS NOT NULL AND thread IS NULL GROUP BY sender;
+"""
+
+MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_THREAD_SEQS, SCHEMA_FIRST_SEEN)
 LATEST = len(MIGRATIONS)

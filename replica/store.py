@@ -11,6 +11,8 @@ Invariants:
   3, ... per thread, no gaps, in this replica's arrival order.
 * LWW projections change only when the register write wins: ``_LWW_UPSERT`` is
   ``lww.wins`` in SQL, and ``tests/test_crdt_properties.py`` checks the two agree.
+* ``first_seen`` is a min-register per role (``replica.firstseen``): every op's
+  sightings are projected with ``firstseen.record`` (the earliest time stays).
 * sqlite3 errors are translated to ``StoreError`` here and go no further.
 * ``check_file`` opens a file read-only (``mode=ro``): looking never writes.
 """
@@ -26,7 +28,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from replica import routing, schema
+from replica import firstseen, routing, schema
 from replica.errors import StoreError
 from replica.hlc import wall_of
 from replica.lww import join_key
@@ -214,7 +216,10 @@ def materialize(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
             cur.executemany("INSERT OR IGNORE INTO routes(role, lseq) VALUES (?, ?)", [(k, lseq) for k in keys])
     else:
         for write in op.body["w"]:
-            put_register(cur, write, op.hlc, op.origin)
+            if write[0] != firstseen.TABLE:  # a min-register, not last-writer-wins
+                put_register(cur, write, op.hlc, op.origin)
+    for role, at in firstseen.sightings(op):
+        firstseen.record(cur, role, at)
 
 
 _LWW_UPSERT = (

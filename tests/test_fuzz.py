@@ -273,6 +273,7 @@ class StdioServer:
     """``python -m mcp_server`` on a home of its own, spoken to line by line."""
 
     def __init__(self, home: Path) -> None:
+        open_home(home).close()  # the server serves an existing node's home only
         self.proc = subprocess.Popen([sys.executable, "-m", "mcp_server", "--home", str(home), "--role", "fuzz"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.pings = 0

@@ -130,6 +130,21 @@ async def test_message_round_trip_send_check_mark_status(node: Node) -> None:
         assert (await ok(client, "check_messages", recipient="beta"))["messages"] == []
 
 
+async def test_send_to_a_role_never_seen_says_so_and_still_stores_it(node: Node) -> None:
+    """send_message names recipients never seen in the fleet (unknownRecipients) with the known roles,
+    closest spelling first (knownRoles); the message is stored and reaches the role once it checks."""
+    async with connect(node) as client:
+        await ok(client, "update_profile", orchestratorId="reviewer", name="Reviewer")
+        await ok(client, "check_messages", recipient="coder")
+        sent = await ok(client, "send_message", **{"from": "lead", "channel": "revewer,coder", "content": "typo"})
+        assert sent["unknownRecipients"] == ["revewer"]
+        assert sent["knownRoles"][0] == "reviewer" and set(sent["knownRoles"]) == {"coder", "reviewer"}
+        known = await ok(client, "send_message", **{"from": "lead", "channel": "coder", "content": "fine"})
+        assert known["unknownRecipients"] == [] and known["knownRoles"] is None
+        inbox = await ok(client, "check_messages", recipient="revewer")
+        assert [m["content"] for m in inbox["messages"]] == ["typo"]
+
+
 async def test_instances_and_since_cursor(node: Node) -> None:
     """instanceId targets one instance; since skips what an earlier call returned."""
     async with connect(node) as client:

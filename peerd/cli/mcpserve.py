@@ -9,6 +9,9 @@ Invariants:
   (``--in-memory``: shared with no other process, gone on exit).
 * Flags that contradict each other are usage errors (exit 2), found before
   anything is opened (``plan``, a pure function of the arguments).
+* A home is served only if it is one (``config.toml``): a missing or wrong
+  home is exit 4, never a new empty replica in no fleet, unless ``--init``
+  asks for a new home (``peerd.cli.setup.open_fleet``).
 * HTTP listens on 127.0.0.1 only, through peerd's one local server and its
   Host/Origin guard; sessions bind a role per request (header or query).
 * What waits (``wait`` on check_messages and poll) learns of other processes'
@@ -27,9 +30,11 @@ from typing import Literal
 
 from peerd import home as homes
 from peerd.cli.errors import EXIT_USAGE, CliError
-from peerd.config import load_config
+from peerd.cli.setup import home_flag, open_fleet
+from peerd.config import Config, load_config
 from replica import REPLICA_FILE, Replica, open_file, open_home
 from replica.feed import FileWatch, Source
+from replica.routing import DEFAULT_BROADCAST_HISTORY_MS
 
 Transport = Literal["stdio", "http"]
 LOOPBACK_NAMES = ("127.0.0.1", "localhost")
@@ -57,6 +62,8 @@ def plan(args: argparse.Namespace, resolve_home: Path) -> Plan:
     """Check the flags together; ``resolve_home`` is the home the flags would default to."""
     if args.home and (args.db_path or args.in_memory):
         raise _usage("give --home, --db-path or --in-memory, not more than one")
+    if args.init and (args.db_path or args.in_memory):
+        raise _usage("--init makes a home; a --db-path file or --in-memory replica is created anyway")
     if args.transport == "stdio" and (args.host is not None or args.port is not None):
         raise _usage("--host and --port apply to --transport http")
     if args.transport == "http":
@@ -83,38 +90,44 @@ def home_of(p: Plan) -> Path | None:
     return None
 
 
-def open_replica(p: Plan) -> tuple[Replica, Source | None]:
+def open_replica(p: Plan, history_ms: int = DEFAULT_BROADCAST_HISTORY_MS) -> tuple[Replica, Source | None]:
     """The replica to serve and how its change feed hears of other processes' writes."""
     from peerd.feedlink import DaemonLink  # noqa: PLC0415 - only this command needs it
 
     home = home_of(p)
     if p.home is not None:
-        replica = open_home(p.home)
+        replica = open_home(p.home, broadcast_history_ms=history_ms)
     elif p.db_path is not None:
-        replica = open_file(p.db_path)
+        replica = open_file(p.db_path, broadcast_history_ms=history_ms)
     else:
         return Replica.open(":memory:"), None
     return replica, DaemonLink(home) if home is not None else FileWatch(replica.path)
 
 
-def fleet_of(p: Plan) -> str | None:
+def config_of(p: Plan, args: argparse.Namespace) -> Config | None:
+    """The config of the home served: a home must be one (or ``--init`` makes it); a replica
+    file takes its home's config if it is a home's ``replica.db``."""
+    if p.home is not None:
+        return open_fleet(p.home, flag=home_flag(args.home), create=args.init)[0]
     home = home_of(p)
     cfg = homes.config_path(home) if home is not None else None
-    return load_config(cfg).fleet_id if cfg is not None and cfg.exists() else None
+    return load_config(cfg) if cfg is not None and cfg.exists() else None
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415 - keeps quick commands quick to start
 
     p = plan(args, homes.resolve_home(args.home))
-    replica, source = open_replica(p)
+    cfg = config_of(p, args)
+    fleet = None if cfg is None else cfg.fleet_id
+    replica, source = open_replica(p, DEFAULT_BROADCAST_HISTORY_MS if cfg is None else cfg.broadcast_history_ms)
     try:
         if p.transport == "stdio":
             from mcp_server.stdio import serve_stdio  # noqa: PLC0415 - heavy import, only for this command
 
-            asyncio.run(serve_stdio(replica, source, p.role, p.instance, fleet_id=fleet_of(p)))
+            asyncio.run(serve_stdio(replica, source, p.role, p.instance, fleet_id=fleet))
         else:
-            asyncio.run(serve_http(replica, source, p.port, fleet_of(p), host=p.host, json_out=args.json))
+            asyncio.run(serve_http(replica, source, p.port, fleet, host=p.host, json_out=args.json))
     finally:
         replica.close()
     return 0
