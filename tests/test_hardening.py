@@ -454,7 +454,7 @@ def _text(result: Any) -> str:
 @pytest.mark.parametrize(("tool", "args", "expected"), [
     ("search_messages", {"query": "\x00"}, "invalid_argument: query must not contain NUL characters"),
     ("search_messages", {"query": "a", "since": 2**63}, "invalid_argument: 'since'"),
-    ("check_messages", {"recipient": "bob", "since": 2**64}, "invalid_argument: 'since'"),
+    ("check_messages", {"recipient": "bob", "since": 2**64}, "invalid_argument: since must be between 0 and"),
     ("send_message", {"from": "a", "channel": "b", "content": "\ud800"},
      "invalid_argument: 'content': is not valid Unicode (it holds a lone surrogate)"),
     ("message_status", {"messageId": "0123456789abcdef-99999999999999999999"}, "not_found: unknown message id"),
