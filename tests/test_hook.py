@@ -205,3 +205,11 @@ def test_a_replica_an_older_peerd_wrote_is_upgraded_first(home: Path) -> None:
     downgrade_to_v2(home / "replica.db")
     text = context(run_hook(home, "--role", "beta", stdin=PROMPT), "UserPromptSubmit")
     assert "from before the upgrade" in text
+
+
+def test_an_undecodable_argument_is_a_usage_error_not_a_block(home: Path) -> None:
+    """An argument that is not UTF-8 text is exit 1 for the hook (the CLI's usual 2 would block)."""
+    out = subprocess.run([str(PEERD), "hook", "--home", str(home), "--role", b"\xed\xa0\x80".decode("utf-8", "surrogateescape")],
+                         input=PROMPT, capture_output=True, text=True, timeout=60, check=False)
+    assert (out.returncode, out.stdout) == (1, "")
+    assert "not valid UTF-8" in out.stderr

@@ -35,9 +35,19 @@ import os
 import sys
 from collections.abc import Sequence
 
-from peerd.cli.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, CliError
+from peerd.cli.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CliError
 from peerd.errors import ConfigError, DaemonError
 from replica import PeerdError
+
+
+def undecodable(argv: Sequence[str]) -> str | None:
+    """The first argument that is not valid UTF-8 (it arrives holding lone surrogates), if any."""
+    for arg in argv:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            return arg
+    return None
 
 
 def hook_argv(words: Sequence[str]) -> list[str] | None:
@@ -53,15 +63,18 @@ def hook_argv(words: Sequence[str]) -> list[str] | None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    words = list(sys.argv[1:] if argv is None else argv)
-    hook_args = hook_argv(words)
-    if hook_args is not None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    hook_args = hook_argv(argv)
+    if hook_args is not None:  # it checks its own arguments (and never exits 2, which blocks a prompt)
         from peerd.cli.hook import main as hook_main  # noqa: PLC0415 - the hook's fast path
 
         sys.exit(hook_main(hook_args))
+    if (bad := undecodable(argv)) is not None:  # checked once here, so no command meets one
+        print(f"peerd: argument {bad!a} is not valid UTF-8 text", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
     from peerd.cli.parser import build_parser  # noqa: PLC0415 - every other command's modules
 
-    args = build_parser().parse_args(words)
+    args = build_parser().parse_args(argv)
     try:
         code = args.fn(args)
     except CliError as exc:

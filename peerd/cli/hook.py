@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 from mcp_server import framing
+from peerd.cli import undecodable
 from replica import mailbox, schema
 from replica.routing import DAY_MS, DEFAULT_BROADCAST_HISTORY_MS
 
@@ -287,6 +288,10 @@ def answer(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    bad = undecodable(sys.argv[1:] if argv is None else argv)
+    if bad is not None:
+        print(f"peerd hook: argument {bad!a} is not valid UTF-8 text", file=sys.stderr)
+        return EXIT_USAGE
     try:
         args = build_parser().parse_args(argv)
     except HookUsage as exc:
