@@ -53,8 +53,9 @@ KEY_FILE = "node.key"
 ORPHAN_KEY_AGE = 60.0  # seconds; a key and its database are always created moments apart
 
 
-def open_home(home: Path) -> Replica:
-    """Open the replica kept in ``home`` (creating folder, key and database if needed).
+def open_home(home: Path, new_identity: identity.Identity | None = None) -> Replica:
+    """Open the replica kept in ``home`` (creating folder, key and database if needed; a new key is
+    ``new_identity`` when given).
 
     A node key whose database is gone (deleted, restored without it) is retired, not
     reused: its peers still hold its old ops, so new ops under the same key would reuse
@@ -67,7 +68,7 @@ def open_home(home: Path) -> Replica:
         os.replace(key, retired)
         log.warning("replica database missing beside an old node key: retired the key as %s; "
                     "this replica starts as a new node", retired.name)
-    return Replica.open(home / REPLICA_FILE, identity.load_or_create(key))
+    return Replica.open(home / REPLICA_FILE, identity.load_or_create(key, new_identity))
 
 
 __all__ = [

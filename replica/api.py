@@ -3,7 +3,8 @@
 Each area is a module of its own, built on ``core.ReplicaCore`` (store,
 identity, the write path): ``messaging`` (send, inbox, receipts, the log),
 ``search`` (full text, recent senders), ``profiles`` (profiles and agents),
-``threads``, and ``sync`` (vectors, pages of ops, apply, state checks). The
+``threads``, ``sync`` (vectors, pages of ops, apply, state checks), and
+``fleet`` (membership: admitting, removing, rotating the fleet key). The
 argument checks they share are pure functions in ``checks``.
 
 Invariants (of every method, whichever area holds it):
@@ -23,14 +24,14 @@ from pathlib import Path
 from replica import identity as idmod
 from replica.checks import DEFAULT_LIMIT, MAX_LIMIT, agent_id_for, check_count, check_name
 from replica.core import Listener, now_ms
+from replica.fleet import Fleet
 from replica.messaging import Messaging
 from replica.search import Search
 from replica.store import Store
-from replica.sync import Sync
 from replica.threads import Threads
 
 
-class Replica(Messaging, Search, Threads, Sync):
+class Replica(Messaging, Search, Threads, Fleet):
     """One replica: a SQLite file (or ``:memory:``) plus this node's identity."""
 
     @classmethod

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from replica import identity
+from replica import identity, membership
 from replica.codec import pack, unpack
 from replica.errors import InvalidOp, Undecodable
 
@@ -223,7 +223,8 @@ def _check_set(body: Mapping[str, Any]) -> None:
         _check_write(w)
 
 
-_CHECKS: dict[str, Callable[[Mapping[str, Any]], None]] = {KIND_MSG: _check_msg, KIND_SET: _check_set}
+_CHECKS: dict[str, Callable[[Mapping[str, Any]], None]] = {KIND_MSG: _check_msg, KIND_SET: _check_set,
+                                                          **membership.CHECKS}
 
 
 def validate_body(kind: object, body: Mapping[str, Any]) -> None:

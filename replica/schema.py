@@ -72,5 +72,15 @@ CREATE TABLE senders(
 INSERT INTO meta(k, v) VALUES ('fts_upto', 0);
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2)
+# v3: fleet membership (``replica.fleet``): who was let in, the rekey ops, and who is removed
+# with the cutoff past which its ops are refused. Projections of ``admit`` and ``rekey`` ops.
+SCHEMA_V3 = """
+CREATE TABLE fleet_admits(node BLOB PRIMARY KEY, name TEXT NOT NULL, fleet TEXT NOT NULL,
+    hlc INTEGER NOT NULL, origin BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE fleet_rekeys(origin BLOB NOT NULL, seq INTEGER NOT NULL, lseq INTEGER NOT NULL,
+    PRIMARY KEY(origin, seq)) WITHOUT ROWID;
+CREATE TABLE fleet_removed(node BLOB PRIMARY KEY, upto INTEGER NOT NULL) WITHOUT ROWID;
+"""
+
+MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3)
 LATEST = len(MIGRATIONS)

@@ -23,7 +23,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from replica import routing, schema
+from replica import fleetstore, membership, routing, schema
 from replica.errors import StoreError
 from replica.hlc import wall_of
 from replica.lww import join_key
@@ -189,6 +189,8 @@ def materialize(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
         keys = routing.route_keys(op.body["c"], op.body["t"])
         if len(keys) > 1:  # one role or broadcast: found through the channel column
             cur.executemany("INSERT OR IGNORE INTO routes(role, lseq) VALUES (?, ?)", [(k, lseq) for k in keys])
+    elif op.kind in membership.KINDS:
+        fleetstore.project(cur, lseq, op)
     else:
         for write in op.body["w"]:
             put_register(cur, write, op.hlc, op.origin)

@@ -1,7 +1,8 @@
 """The ``peerd`` command line.
 
-Commands: ``init``, ``invite``, ``join``, ``run``, ``mcp`` set up and serve a
-node; ``status``, ``peers`` ask the running daemon; ``send``, ``inbox``,
+Commands: ``init``, ``run``, ``mcp`` set up and serve a node; ``invite``,
+``join``, ``requests``, ``approve``, ``reject``, ``remove`` bring machines
+into a fleet and take them out (``pairing``); ``status``, ``peers`` ask the running daemon; ``send``, ``inbox``,
 ``read``, ``log``, ``search``, ``threads``, ``profile`` work through the
 running daemon, or straight on the replica file when none runs; ``doctor``
 checks the home, config, key, ports, mDNS, seeds, peers and clocks and says
@@ -20,7 +21,8 @@ Exit codes:
 
 The package's modules: ``errors`` (exit codes), ``format`` (pure text
 formatting), ``backends`` (the daemon's local API or the replica file),
-``commands`` (one function per command) and ``parser``.
+``commands`` (one function per command), ``pairing`` (the pairing and
+membership commands, with their parser) and ``parser``.
 """
 
 from __future__ import annotations

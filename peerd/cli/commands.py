@@ -22,13 +22,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from discovery.seeds import format_seed
 from peerd import home as homes
 from peerd.cli import format as fmt
 from peerd.cli.backends import Backend, backend, daemon
 from peerd.cli.errors import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, CliError
 from peerd.config import decode_fleet_key, init_home, load_config, with_overrides
-from peerd.invite import apply_invite, make_invite
 from replica import open_home
 
 FOLLOW_WAIT = 25.0  # seconds one long-poll of --follow waits for news
@@ -69,36 +67,6 @@ def cmd_init(args: argparse.Namespace) -> int:
         node = rep.node_id
     data = {"home": str(_home(args)), "node_id": node, "name": cfg.name, "fleet_id": cfg.fleet_id}
     _emit(args, data, lambda d: f"initialised {d['home']}\n  node  {d['node_id']}\n  fleet {d['fleet_id']}")
-    return 0
-
-
-def _lan_address() -> str:
-    import socket  # noqa: PLC0415 - only this command needs it
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect(("192.0.2.1", 9))  # TEST-NET address: no packet is sent by connect()
-            return str(s.getsockname()[0])
-        except OSError:
-            return "127.0.0.1"
-
-
-def cmd_invite(args: argparse.Namespace) -> int:
-    cfg = init_home(_home(args))
-    running = homes.read_daemon_json(_home(args))
-    port = int(running["peer_port"]) if running and "peer_port" in running else cfg.port  # type: ignore[call-overload]
-    host = args.host.removeprefix("[").removesuffix("]") if args.host else _lan_address()  # [v6] or v6
-    seed = format_seed(host, port)
-    token = make_invite(cfg.fleet_key, seed)
-    _emit(args, {"invite": token, "seed": seed, "fleet_id": cfg.fleet_id},
-          lambda d: f"{d['invite']}\n\nOn the other machine run:\n  peerd join {d['invite']}")
-    return 0
-
-
-def cmd_join(args: argparse.Namespace) -> int:
-    cfg = apply_invite(_home(args), args.token, force=args.force)
-    _emit(args, {"fleet_id": cfg.fleet_id, "seeds": list(cfg.seeds)},
-          lambda d: f"joined fleet {d['fleet_id']}; seeds: {', '.join(d['seeds'])}\nstart with: peerd run")
     return 0
 
 

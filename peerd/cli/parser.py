@@ -15,8 +15,6 @@ from peerd.cli.commands import (
     cmd_doctor,
     cmd_inbox,
     cmd_init,
-    cmd_invite,
-    cmd_join,
     cmd_log,
     cmd_mcp,
     cmd_peers,
@@ -28,6 +26,7 @@ from peerd.cli.commands import (
     cmd_status,
     cmd_threads,
 )
+from peerd.cli.pairing import add_pairing_commands
 
 
 def _positive(text: str) -> float:
@@ -46,14 +45,7 @@ def _setup_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--fleet-key", help="join an existing fleet with this key instead of making a new one")
     s.set_defaults(fn=cmd_init)
 
-    s = sub.add_parser("invite", parents=[common], help="print a token another machine uses to join this fleet")
-    s.add_argument("--host", help="address other machines reach this one at (default: this machine's LAN address)")
-    s.set_defaults(fn=cmd_invite)
-
-    s = sub.add_parser("join", parents=[common], help="join the fleet of an invite token")
-    s.add_argument("token")
-    s.add_argument("--force", action="store_true", help="replace this home's fleet key with the invite's")
-    s.set_defaults(fn=cmd_join)
+    add_pairing_commands(sub, common)
 
     s = sub.add_parser("run", parents=[common], help="run the daemon (initialises the home if needed)")
     s.add_argument("--port", type=int, help="peer port (0 picks a free one)")

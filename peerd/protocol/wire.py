@@ -27,8 +27,9 @@ NAME_MAX = 64  # longest node name taken from a peer (liveness gossip, never sto
 
 # Request kinds.
 SYNC, PULL, PUSH, PEERS = "sync", "pull", "push", "peers"
-# Reply kinds (``peers`` answers ``peers``).
-SAME, DIFF, PAGE, OK, ERROR = "same", "diff", "page", "ok", "error"
+# Reply kinds (``peers`` answers ``peers``). ``rekey`` answers any request sealed with a key the
+# fleet used before a rotation: ``{t: rekey, o: [rekey op, ...]}``, sealed with that old key.
+SAME, DIFF, PAGE, OK, ERROR, REKEY = "same", "diff", "page", "ok", "error", "rekey"
 
 Msg = dict[str, Any]
 
