@@ -47,8 +47,8 @@ from peerd.protocol import Msg, Outcome, ProtocolError, RoundResult
 from peerd.transport import Answer, HttpTransport, Transport
 from replica import Replica, vector
 from replica.errors import RemoteError
-from replica.fleet import FleetView
 from replica.feed import ChangeFeed
+from replica.fleet import FleetView
 
 log = logging.getLogger("peerd.node")
 
@@ -83,6 +83,7 @@ class Node:
         self.pairing = PairingHost(self, home)
         self.others = lan.OtherFleets()
         self._fleet_seen = -1
+        self._keys_lock = asyncio.Lock()
         self._removed_short: set[bytes] = set()
         self._told_old_key: set[str] = set()
         self.rep = rep
@@ -117,6 +118,7 @@ class Node:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         await self.refresh_keys()
+        await self._register()
         self.peer_port = await self.transport.listen(self, self.bind, self.cfg.port)
         self._pushed = await asyncio.to_thread(self.rep.max_lseq)
         await self._start_discovery()
@@ -210,7 +212,12 @@ class Node:
         return [f"{a}:{self.peer_port}" for a in addresses][:8]
 
     async def refresh_keys(self) -> None:
-        """Follow the fleet's membership: the key to seal with, removals, mending a rotation."""
+        """Follow the fleet's membership: the key to seal with, removals, mending a rotation. One
+        at a time, each on what the one before left, so a rotation is never mended twice."""
+        async with self._keys_lock:
+            await self._refresh_keys()
+
+    async def _refresh_keys(self) -> None:
         self._fleet_seen = self.rep.fleet_changes
         mine = await asyncio.to_thread(self.rep.fleet_keys)
         assert mine.view is not None
@@ -218,11 +225,25 @@ class Node:
                               epoch=mine.epoch, removed=mine.removed)
         self._removed_short = {protocol.short(k) for k in mine.view.standing.removed}
         for p in self.table.peers.values():
-            if p.node is not None and p.node in self._removed_short:
-                p.gone = True  # never called again; it learns of its removal when it calls us
+            self._is_removed(p)
         if ring != self.keys:
             await self._switch(ring)
         await self._mend(mine.view)
+
+    async def _register(self) -> None:
+        """Make this node known to the fleet by its full key and name (an ``admit`` op of itself,
+        written once, and again when its name changes): a rotation seals the new key only to nodes
+        known so, so a member that never wrote anything is not left out."""
+        view = await asyncio.to_thread(self.rep.fleet_view)
+        mine = view.admitted.get(self.rep.node_key)
+        if not self.keys.removed and (mine is None or mine.name != self.cfg.name):
+            await asyncio.to_thread(self.rep.admit_node, self.rep.node_key, self.cfg.name, self.keys.fleet_id)
+
+    def _is_removed(self, peer: Peer) -> bool:
+        """A removed node is never called again (it learns of its removal when it calls us)."""
+        if peer.node is not None and peer.node in self._removed_short:
+            peer.gone = True
+        return peer.gone and peer.node in self._removed_short
 
     async def _switch(self, ring: KeyRing) -> None:
         old, self.keys = self.keys, ring
@@ -248,8 +269,9 @@ class Node:
         missing, stale = view.gaps()
         if missing or stale:
             key = new_fleet_key()
-            log.warning("re-rotating the fleet key: the last rotation missed %d member(s) and reached %d "
-                        "removed node(s)", len(missing), len(stale))
+            log.warning("re-rotating the fleet key: the last rotation missed %s and reached removed %s",
+                        sorted(k.hex()[:16] for k in missing) or "no member",
+                        sorted(k.hex()[:16] for k in stale) or "none")
             await asyncio.to_thread(self.rep.rotate, key, fleet_id(key))
 
     async def use_config(self, cfg: Config) -> None:
@@ -518,6 +540,8 @@ class Node:
         ticks = 0
         while True:
             for peer in self.table.pick(2, time.monotonic(), busy=frozenset(self._in_round)):
+                if self._is_removed(peer):
+                    continue
                 self._in_round.add(peer.addr)
                 self.spawn(self._round(peer, exchange=ticks % EXCHANGE_EVERY == 0))
             ticks += 1
@@ -577,6 +601,8 @@ class Node:
         """Queue ops for a few live peers; each peer's queue drains in its own task, so a
         burst of writes coalesces into few requests and a slow peer delays only itself."""
         for peer in self.table.push_targets(self.cfg.push_fanout, exclude=exclude):
+            if self._is_removed(peer):
+                continue
             box = self._outbox.setdefault(peer.addr, [])
             box.extend(raws)
             if len(box) > OUTBOX_LIMIT:  # far behind: drop the backlog, rounds repair it

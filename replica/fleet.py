@@ -89,7 +89,7 @@ class Fleet(Sync):
             rekeys = fleetstore.rekeys(cur)
             admitted = {bytes(r[0]): Admitted(bytes(r[0]), str(r[1]), str(r[2]))
                         for r in cur.execute("SELECT node, name, fleet FROM fleet_admits")}
-            origins = tuple(bytes(r[0]) for r in cur.execute("SELECT node FROM origins WHERE contig > 0"))
+            origins = tuple(bytes(r[0]) for r in cur.execute("SELECT node FROM origins WHERE contig > 0 OR top > 0"))
         return FleetView(self.node_key, mem.standing(rekeys), admitted, origins)
 
     def fleet_keys(self) -> FleetKeys:

@@ -97,10 +97,11 @@ def cmd_invite(args: argparse.Namespace) -> int:
 def _invite_code(args: argparse.Namespace, home: Path) -> int:
     ttl = min(args.expires if args.expires_given else 600.0, 24 * 3600.0)
     out = daemon(home).call("POST", "/api/pair/code", {"expires": ttl})
-    where = f" --seed {out['addresses'][0]}" if out.get("addresses") else ""
+    elsewhere = (f"\n(or, from another network: peerd join --code {out['code']} --seed {out['addresses'][0]})"
+                 if out.get("addresses") else "")
     _emit(args, out, f"one-time code: {out['code']}\n\nOn the other machine (same LAN) run:\n  peerd join --code "
-                     f"{out['code']}\n(or, from elsewhere: peerd join --code {out['code']}{where})\n\nIt works once, "
-                     f"for {ttl / 60:g} minutes, with {out['attempts']} tries.")
+                     f"{out['code']}{elsewhere}\n\nIt works once, for {ttl / 60:g} minutes, with {out['attempts']} "
+                     "tries.")
     return 0
 
 
