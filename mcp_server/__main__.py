@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mcp_server.stdio import run_stdio
+from replica import REPLICA_FILE
 
 
 def _nonempty(value: str) -> str:
@@ -31,6 +32,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.home is None:
         parser.error("--home is required (or set PEERD_HOME)")
+    if not (Path(args.home) / REPLICA_FILE).exists():  # a wrong or lost home must not become an empty replica
+        parser.error(f"no peerd replica in {args.home}; give the home of a node (create one with: peerd init)")
     return args
 
 

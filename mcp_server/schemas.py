@@ -19,6 +19,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from replica.api import DEFAULT_LIMIT, MAX_LIMIT
+from replica.checks import MAX_SEQ
 
 MAX_WAIT_SECONDS = 300.0
 
@@ -115,7 +116,7 @@ class SearchMessagesArgs(Args):
 
 
 class CreateAgentArgs(Args):
-    name: str = Field(description="The new agent's unique name.")
+    name: str = Field(description="The agent's name; an existing agent of that name is returned.")
 
 
 class DeleteAccountArgs(Args):
@@ -145,7 +146,8 @@ class AppendArgs(Args):
 
 class PollArgs(Args):
     thread_id: str = Field(description="The thread id.")
-    after_seq: int = Field(0, ge=0, description="Only messages with seq greater than this (0 = from the start).")
+    after_seq: int = Field(0, ge=0, le=MAX_SEQ,
+                           description="Only messages with seq greater than this (0 = from the start).")
     limit: int = Field(MAX_LIMIT, ge=1, le=MAX_LIMIT, description="Most messages to return.")
     wait: float = Field(0.0, ge=0, description=_WAIT)
 
@@ -153,7 +155,7 @@ class PollArgs(Args):
 class MarkReadArgs(Args):
     thread_id: str = Field(description="The thread id.")
     agent_name: str = Field(description="The reading agent's name.")
-    seq: int = Field(ge=0, description="Mark every thread message with seq up to this one read.")
+    seq: int = Field(ge=0, le=MAX_SEQ, description="Mark every thread message with seq up to this one read.")
 
 
 # -- results -----------------------------------------------------------------------------
@@ -178,6 +180,11 @@ class SentOut(Camel):
     recipients: list[str] = Field(description="Roles the message is addressed to ('broadcast' for everyone).")
     created: str
     seq: int
+    unknown_recipients: list[str] = Field(
+        default_factory=list, description="Addressed roles never seen in the fleet (no profile, never sent, never "
+        "checked an inbox): likely a typo. The message is stored all the same and waits for them.")
+    known_roles: list[str] | None = Field(
+        None, description="When some recipients are unknown: roles this node knows, closest spellings first.")
 
 
 class InboxItem(Camel):
@@ -266,6 +273,7 @@ class WhoamiOut(Camel):
 class AgentOut(Snake):
     agent_id: str
     name: str
+    created: bool = Field(description="False when an agent of that name already existed (it is returned).")
 
 
 class DeletedOut(Snake):
@@ -285,6 +293,7 @@ class ThreadInfoOut(Snake):
     participants: list[str]
     message_count: int
     latest_activity: str | None
+    latest_message: ThreadMessageOut | None
 
 
 class ThreadStatusOut(Snake):

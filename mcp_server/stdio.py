@@ -19,7 +19,7 @@ from pathlib import Path
 from mcp_server.server import build_server
 from mcp_server.tools import SessionBinding
 from mcp_server.waiter import FeedWaiter
-from replica import open_home
+from replica import Replica, open_home
 from replica.feed import ChangeFeed, FileWatch, Source
 
 
@@ -29,14 +29,22 @@ async def run_stdio(home: Path, role: str | None = None, instance: str | None = 
     ``source`` tells the change feed about other processes' writes (default: a ``FileWatch``)."""
     replica = await asyncio.to_thread(open_home, home)
     try:
-        feed = await asyncio.to_thread(ChangeFeed, replica, source or FileWatch(replica.path))
-        waiter = FeedWaiter(feed)
-        try:
-            server = build_server(replica, waiter=waiter, bind=SessionBinding(role, instance),
-                                  fleet_id=(lambda: fleet_id) if fleet_id is not None else None)
-            await server.run_stdio_async()
-        finally:
-            waiter.close()
-            await asyncio.to_thread(feed.close)
+        await serve_stdio(replica, source or FileWatch(replica.path), role, instance, fleet_id=fleet_id)
     finally:
         await asyncio.to_thread(replica.close)
+
+
+async def serve_stdio(replica: Replica, source: Source | None, role: str | None = None,
+                      instance: str | None = None, *, fleet_id: str | None = None) -> None:
+    """Serve every peerd tool over stdin/stdout on an open ``replica`` until stdin closes.
+    ``source``: how the feed learns of other processes' writes (None: nobody else writes,
+    as for a replica in memory). The caller closes the replica."""
+    feed = await asyncio.to_thread(ChangeFeed, replica, source)
+    waiter = FeedWaiter(feed)
+    try:
+        server = build_server(replica, waiter=waiter, bind=SessionBinding(role, instance),
+                              fleet_id=(lambda: fleet_id) if fleet_id is not None else None)
+        await server.run_stdio_async()
+    finally:
+        waiter.close()
+        await asyncio.to_thread(feed.close)

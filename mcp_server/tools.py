@@ -27,7 +27,7 @@ from pydantic import BaseModel
 
 from mcp_server import schemas as s
 from mcp_server.waiter import Waiter
-from replica import Agent, InvalidArgument, NotFound, Profile, Replica, SenderSeen, agent_id_for
+from replica import Agent, InvalidArgument, NotFound, Profile, RecipientCheck, Replica, SenderSeen, SentMessage
 
 RECENT = timedelta(minutes=15)
 
@@ -99,11 +99,11 @@ def instance_of(explicit: str | None, role: str, bind: SessionBinding) -> str | 
     return bind.instance if bind.role is not None and role == bind.role.strip() else None
 
 
-def name_id(name: str, what: str) -> tuple[str, str]:
+def clean_name(name: str, what: str) -> str:
     clean = name.strip()
     if not clean:
         raise InvalidArgument(f"{what} must be a non-empty string")
-    return clean, agent_id_for(clean)
+    return clean
 
 
 def seen_recently(stamp: str | None, now: datetime) -> bool:
@@ -145,8 +145,8 @@ async def wait_for_data(call: Call, look: Callable[[], Awaitable[T]], found: Cal
 
 
 def _known_agent(r: Replica, name: str, what: str, *, alive: bool = True) -> tuple[str, Agent]:
-    clean, aid = name_id(name, what)
-    agent = r.get_agent(aid)
+    clean = clean_name(name, what)
+    agent = r.find_agent(clean)
     if agent is None or (alive and not agent.alive):
         raise NotFound(f"unknown agent {clean!r} (register it with create_agent)")
     return clean, agent
@@ -179,13 +179,21 @@ def _require_thread(r: Replica, tid: str) -> list[str]:
 # -- messaging -----------------------------------------------------------------------------
 
 
+def _send_checked(r: Replica, sender: str, a: s.SendMessageArgs,
+                  from_inst: str | None) -> tuple[RecipientCheck, SentMessage]:
+    """Which recipients were never seen (asked before the send, which makes the sender known), and the send."""
+    check = r.recipient_check(a.channel)
+    return check, r.send_message(sender, a.channel, a.content, a.instance_id, from_inst)
+
+
 async def send_message(call: Call, a: s.SendMessageArgs) -> s.SentOut:
     sender = role_of(a.sender, call.bind, "from")
     from_inst = instance_of(a.from_instance_id, sender, call.bind)
-    sent = await call.run(Replica.send_message, sender, a.channel, a.content, a.instance_id, from_inst)
+    check, sent = await call.run(_send_checked, sender, a, from_inst)
     return s.SentOut(id=sent.id, sender=sender, from_instance_id=from_inst, channel=a.channel.strip(),
                      instance_id=a.instance_id, recipients=list(sent.recipients), created=sent.created,
-                     seq=sent.seq)
+                     seq=sent.seq, unknown_recipients=list(check.unknown_recipients),
+                     known_roles=list(check.known_roles) if check.unknown_recipients else None)
 
 
 async def check_messages(call: Call, a: s.CheckMessagesArgs) -> s.InboxOut:
@@ -289,8 +297,12 @@ async def whoami(call: Call, _a: s.NoArgs) -> s.WhoamiOut:
 
 
 def _create_agent(r: Replica, name: str) -> s.AgentOut:
-    clean, _aid = name_id(name, "name")
-    return s.AgentOut(agent_id=r.create_agent(clean), name=clean)
+    """Get or create, as AgentMsgs' tool does: a worker calls it on every start."""
+    clean = clean_name(name, "name")
+    existing = r.find_agent(clean)
+    if existing is not None and existing.alive:
+        return s.AgentOut(agent_id=existing.id, name=existing.name, created=False)
+    return s.AgentOut(agent_id=r.create_agent(clean), name=clean, created=True)
 
 
 async def create_agent(call: Call, a: s.CreateAgentArgs) -> s.AgentOut:
@@ -303,7 +315,7 @@ def _delete_account(r: Replica, agent_id: str) -> s.DeletedOut:
     if agent is None or not agent.alive:
         hint = ""
         if aid:
-            named = r.get_agent(agent_id_for(aid))
+            named = r.find_agent(aid)
             if named is not None and named.alive:
                 hint = f"; the agent named {aid!r} has agent_id {named.id!r}"
         raise NotFound(f"unknown agent_id {aid!r}{hint}")
@@ -318,7 +330,7 @@ async def delete_account(call: Call, a: s.DeleteAccountArgs) -> s.DeletedOut:
 def _create_thread(r: Replica, names: list[str]) -> s.ThreadOut:
     ids = [_known_agent(r, n, "participant name")[1].id for n in names]
     if len(set(ids)) < 2:
-        raise InvalidArgument("need at least two different participants")
+        raise InvalidArgument("need >=2 participants (two different registered agents)")
     return _thread_out(r, r.create_thread(*ids))
 
 
@@ -339,10 +351,11 @@ async def join_thread(call: Call, a: s.ThreadAgentArgs) -> s.ThreadOut:
 
 def _leave_thread(r: Replica, tid: str, name: str) -> s.ThreadOut:
     members = _require_thread(r, tid)
-    clean, aid = name_id(name, "agent_name")
-    if aid not in members:
-        raise InvalidArgument(f"{clean!r} is not a participant of thread {tid!r}")
-    r.leave_thread(tid, aid)
+    clean = clean_name(name, "agent_name")
+    agent = r.find_agent(clean)
+    if agent is None or agent.id not in members:
+        raise InvalidArgument(f"agent not in thread: {clean!r} is not a participant of thread {tid!r}")
+    r.leave_thread(tid, agent.id)
     return _thread_out(r, tid)
 
 
@@ -355,8 +368,11 @@ def _thread_info(r: Replica, tid: str) -> s.ThreadInfoOut:
     if info is None:
         raise NotFound(f"unknown thread {tid!r}")
     names = _names(r, info.participants)
+    # Thread seqs run 1..message_count with no gap, so the latest message is the one after count - 1.
+    latest = _poll(r, tid, info.message_count - 1, 1).messages if info.message_count else []
     return s.ThreadInfoOut(thread_id=info.thread_id, participants=[names[p] for p in info.participants],
-                           message_count=info.message_count, latest_activity=info.latest_activity)
+                           message_count=info.message_count, latest_activity=info.latest_activity,
+                           latest_message=latest[0] if latest else None)
 
 
 async def thread_info(call: Call, a: s.ThreadArgs) -> s.ThreadInfoOut:
@@ -384,10 +400,12 @@ async def thread_status(call: Call, a: s.ThreadAgentArgs) -> s.ThreadStatusOut:
 
 def _append(r: Replica, tid: str, name: str, content: str) -> s.AppendOut:
     members = _require_thread(r, tid)
-    clean, aid = name_id(name, "sender_name")
-    if aid not in members:
-        raise InvalidArgument(f"{clean!r} is not a participant of thread {tid!r} (join_thread first)")
-    return s.AppendOut(thread_id=tid, sender_name=clean, seq=r.append(tid, aid, content))
+    clean = clean_name(name, "sender_name")
+    agent = r.find_agent(clean)
+    if agent is None or agent.id not in members:
+        raise InvalidArgument(f"sender not in thread: {clean!r} is not a participant of thread {tid!r} "
+                              "(join_thread first)")
+    return s.AppendOut(thread_id=tid, sender_name=clean, seq=r.append(tid, agent.id, content).seq)
 
 
 async def append(call: Call, a: s.AppendArgs) -> s.AppendOut:
@@ -459,8 +477,8 @@ TOOLS: tuple[ToolSpec[Any, Any], ...] = (
              search_messages, _READ),
     ToolSpec("whoami", "Show this node's id, its fleet id and the role and instance this session is "
              "bound to.", s.NoArgs, s.WhoamiOut, whoami, _READ),
-    ToolSpec("create_agent", "Register a named agent for threads; returns its agent_id.",
-             s.CreateAgentArgs, s.AgentOut, create_agent, _ADD),
+    ToolSpec("create_agent", "Get or create a named agent for threads; returns its agent_id.",
+             s.CreateAgentArgs, s.AgentOut, create_agent, _SET),
     ToolSpec("delete_account", "Delete an agent by its agent_id; it can no longer join threads.",
              s.DeleteAccountArgs, s.DeletedOut, delete_account, _DROP),
     ToolSpec("create_thread", "Start a thread between two or more registered agents, given by name; "
@@ -469,7 +487,7 @@ TOOLS: tuple[ToolSpec[Any, Any], ...] = (
              s.ThreadAgentArgs, s.ThreadOut, join_thread, _SET),
     ToolSpec("leave_thread", "Remove an agent, by name, from a thread.",
              s.ThreadAgentArgs, s.ThreadOut, leave_thread, _DROP),
-    ToolSpec("thread_info", "Show a thread's participants, message count and latest activity.",
+    ToolSpec("thread_info", "Show a thread's participants, message count, latest activity and latest message.",
              s.ThreadArgs, s.ThreadInfoOut, thread_info, _READ),
     ToolSpec("thread_status", "Show an agent's read position and unread counts in a thread.",
              s.ThreadAgentArgs, s.ThreadStatusOut, thread_status, _READ),

@@ -37,7 +37,8 @@ from discovery.seeds import format_seed
 from discovery.seeds import parse_seed as discovery_parse_seed
 from discovery.source import SeedError
 from peerd.errors import ConfigError
-from peerd.home import atomic_write, config_path, create_exclusive, ensure_home
+from peerd.home import atomic_write, config_path, create_exclusive, ensure_home, node_key_path
+from replica import PeerdError, identity
 
 FLEET_KEY_BYTES = 32
 FLEET_KEY_PREFIX = "peerd-fleet-"
@@ -53,6 +54,8 @@ KiB = 1024
 ENVELOPE_SLACK = 4 * KiB
 MAX_NAME_CHARS = 64
 MDNS_CHOICES = ("all", "default")
+MAX_HISTORY_DAYS = 36_500
+DAY_MS = 86_400_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +63,7 @@ class Config:
     """Everything a daemon needs to know before it opens its replica."""
 
     name: str
-    """Human-readable node name, shown to peers (defaults to the host name)."""
+    """Human-readable node name, shown to peers (default: the host name and 4 hex digits of the node id)."""
     fleet_key: bytes = field(repr=False)
     """The fleet's shared 32-byte secret; seals every peer-to-peer body."""
     port: int = DEFAULT_PORT
@@ -85,6 +88,8 @@ class Config:
     """Byte budget of one page of ops in a sync answer."""
     max_content_bytes: int = 64 * KiB
     """Largest message content accepted (UTF-8 bytes)."""
+    broadcast_history_days: int = 7
+    """A role's inbox holds the broadcasts sent up to this many days before it was first seen in the fleet."""
     previous_fleet_keys: tuple[bytes, ...] = field(default=(), repr=False)
     """Keys the fleet used before its last rotations, newest first (written by the daemon): a
     member still on one of them is answered with the rotation, never with data."""
@@ -96,6 +101,10 @@ class Config:
     def fleet_id(self) -> str:
         """The public id of this config's fleet."""
         return fleet_id(self.fleet_key)
+
+    @property
+    def broadcast_history_ms(self) -> int:
+        return self.broadcast_history_days * DAY_MS
 
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Config))
@@ -196,6 +205,7 @@ def _check(cfg: Config) -> None:
     _check_intervals(cfg)
     _check_int("push_fanout", cfg.push_fanout, 0, 1000)
     _check_sizes(cfg)
+    _check_int("broadcast_history_days", cfg.broadcast_history_days, 0, MAX_HISTORY_DAYS)
     _check_previous(cfg)
 
 
@@ -395,6 +405,10 @@ def render_config(cfg: Config) -> str:
         f"max_body_bytes = {cfg.max_body_bytes}",
         f"page_bytes = {cfg.page_bytes}",
         f"max_content_bytes = {cfg.max_content_bytes}",
+        "",
+        "# A role's inbox holds the broadcasts sent up to this many days before the role was",
+        "# first seen in the fleet (older ones stay in the log and search). Set it alike on every node.",
+        f"broadcast_history_days = {cfg.broadcast_history_days}",
     ]
     if cfg.previous_fleet_keys:
         lines += ["", "# Keys this fleet used before it rotated (peerd remove); kept to bring late members up to date.",
@@ -417,7 +431,7 @@ def init_home(home: Path, name: str | None = None, fleet_key: bytes | None = Non
     path = config_path(home)
     if not path.exists():
         fresh = Config(
-            name=default_name() if name is None else name,
+            name=default_name(_node_id(home)) if name is None else name,
             fleet_key=new_fleet_key() if fleet_key is None else fleet_key,
         )
         if create_exclusive(path, render_config(fresh).encode("utf-8"), mode=0o600):
@@ -452,10 +466,27 @@ def with_overrides(
     return dataclasses.replace(cfg, **changes)
 
 
-def default_name() -> str:
-    """The short host name, or 'peerd' when the host has none usable."""
-    host = socket.gethostname().split(".")[0].strip()
-    return host[:MAX_NAME_CHARS] if host and host.isprintable() else "peerd"
+def default_name(node_id: str | None = None, host: str | None = None) -> str:
+    """``<short host name>-<first 4 hex digits of the node id>``: readable, and distinct for two
+    nodes on one host (or two hosts with one name); the host name alone without a node id;
+    'peerd' stands in for a host name that is unusable."""
+    short = (socket.gethostname() if host is None else host).split(".")[0].strip()
+    base = short if short and short.isprintable() else "peerd"
+    if not node_id:
+        return base[:MAX_NAME_CHARS]
+    suffix = f"-{node_id[:4]}"
+    return base[: MAX_NAME_CHARS - len(suffix)] + suffix
+
+
+def _node_id(home: Path) -> str | None:
+    """The id of the node whose key is in ``home``, if there is one yet (nothing is created)."""
+    path = node_key_path(home)
+    if not path.exists():
+        return None
+    try:
+        return identity.load_or_create(path).node_id
+    except (OSError, PeerdError):  # an unreadable key: doctor reports it; the name does without
+        return None
 
 
 # --- TOML writing --------------------------------------------------------------------

@@ -8,7 +8,9 @@ stdout; SIGTERM and SIGINT stop the daemon cleanly; the node id survives
 restarts because the key lives in the home. The process has one change feed
 (``replica.feed``), watching the replica file for other processes' writes; on
 stop it is closed first of all, which ends every waiting request and change
-stream at once (an event, not a poll).
+stream at once (an event, not a poll). A daemon holds ``daemon.lock`` for its
+whole life, so ``stop_daemon`` signals only a daemon that really runs (never a
+process that merely inherited a stale pid) and waits for the process to exit.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ import fcntl
 import json
 import logging
 import os
+import select
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +42,9 @@ from replica import Replica, open_home
 from replica.feed import ChangeFeed
 
 log = logging.getLogger("peerd")
+
+LOCK_FILE = "daemon.lock"
+EXIT_POLL = 0.05  # s between looks at a pid, only where the OS cannot tell us of an exit (no pidfd)
 
 
 def _mcp_app(node: Node) -> McpBuilder:
@@ -62,7 +69,7 @@ class Daemon:
     def _lock_home(self) -> None:
         """One daemon per home: hold an exclusive lock on ``daemon.lock`` while running."""
         self.home.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.home / "daemon.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(self.home / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -76,7 +83,8 @@ class Daemon:
 
     async def start(self) -> dict[str, Any]:
         self._lock_home()
-        self.rep = await asyncio.to_thread(open_home, self.home)
+        self.rep = await asyncio.to_thread(
+            lambda: open_home(self.home, broadcast_history_ms=self.cfg.broadcast_history_ms))
         self.feed = await asyncio.to_thread(ChangeFeed.watching, self.rep)
         self.node = Node(self.cfg, self.rep, bind=self.bind, feed=self.feed, home=self.home)
         self.node.on_keys = self._keys_changed
@@ -155,14 +163,19 @@ def announce_ready(info: dict[str, Any]) -> None:
         pass
 
 
-async def run(home: Path, cfg: Config, *, bind: str = "0.0.0.0", advertise: str = "127.0.0.1") -> None:
+async def run(home: Path, cfg: Config, *, bind: str = "0.0.0.0", advertise: str = "127.0.0.1",
+              on_ready: Callable[[dict[str, Any]], None] | None = None) -> None:
+    """Serve until SIGTERM or SIGINT; once ready, print the ready line, then call ``on_ready``."""
     daemon = Daemon(home, cfg, bind=bind, advertise=advertise)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        announce_ready(await daemon.start())
+        info = await daemon.start()
+        announce_ready(info)
+        if on_ready is not None:
+            on_ready(info)
     except BaseException:
         if daemon.feed is not None:
             daemon.feed.close()
@@ -176,3 +189,67 @@ async def run(home: Path, cfg: Config, *, bind: str = "0.0.0.0", advertise: str 
         log.info("shutting down")
     finally:
         await daemon.stop()
+
+
+# -- stopping a daemon from another process ----------------------------------------------------------
+
+
+def _lock_held(home: Path) -> bool:
+    """Whether a daemon holds ``home``'s lock (it does from start to exit)."""
+    try:
+        fd = os.open(home / LOCK_FILE, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # also lets go of the lock if we got it
+    return False
+
+
+def wait_exit(pid: int, timeout: float) -> bool:
+    """Wait up to ``timeout`` s for process ``pid`` to exit; whether it did. Woken by the exit
+    itself (a pidfd) where the OS offers one."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    except (AttributeError, OSError):  # no pidfd here: look now and then
+        deadline = time.monotonic() + timeout
+        while homes.pid_alive(pid):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(EXIT_POLL)
+        return True
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(max(0, int(timeout * 1000))))
+    finally:
+        os.close(fd)
+
+
+def stop_daemon(home: Path, timeout: float) -> int | None:
+    """SIGTERM the daemon serving ``home`` and wait until it has exited; its pid, or None when no
+    daemon runs there (a daemon.json a crash left behind is removed). ``DaemonError`` if it
+    cannot be stopped within ``timeout`` seconds."""
+    if not _lock_held(home):
+        homes.remove_daemon_json(home)
+        return None
+    info = homes.read_daemon_json(home) or {}
+    pid = info.get("pid")
+    if not isinstance(pid, int) or not homes.pid_alive(pid):
+        raise DaemonError(f"a daemon holds {home / LOCK_FILE} but has not written daemon.json yet (still starting?); "
+                          "try again in a moment")
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return pid
+    except PermissionError:
+        raise DaemonError(f"the daemon of {home} (pid {pid}) belongs to another user; stop it as that user") from None
+    if not wait_exit(pid, timeout):
+        raise DaemonError(f"the daemon of {home} (pid {pid}) is still running {timeout:g} s after SIGTERM; "
+                          f"look at its log, or end it with: kill -9 {pid}")
+    return pid

@@ -128,6 +128,10 @@ def _mode(path: Path) -> str:
 def check_config(home: Path) -> tuple[Finding, Config | None]:
     path = homes.config_path(home)
     if not path.exists():
+        if homes.replica_path(home).exists() or homes.node_key_path(home).exists():  # the fleet key is lost
+            fix = (f"peerd join <invite> --home {home}  (or peerd init --home {home} --fleet-key <the fleet's key>, "
+                   "or --new-fleet)")
+            return Finding("config", FAIL, str(path), "missing beside an existing node", fix), None
         fix = f"peerd init --home {home}  (or peerd join <invite>)"
         return Finding("config", FAIL, str(path), "missing", fix), None
     try:
@@ -187,7 +191,8 @@ def check_replica(home: Path) -> Finding:
         return Finding("replica", FAIL, str(path), f"cannot be read as a replica: {exc}", fix)
     if found.result != "ok":
         return Finding("replica", FAIL, str(path), f"damaged: {found.result[:200]}", fix)
-    return Finding("replica", OK, str(path), f"intact; {found.messages:,} messages, {found.ops:,} ops")
+    return Finding("replica", OK, str(path), f"intact; {found.messages:,} message{'' if found.messages == 1 else 's'}, "
+                   f"{found.ops:,} op{'' if found.ops == 1 else 's'}")
 
 
 # -- the daemon and its ports --------------------------------------------------------------------
@@ -417,7 +422,8 @@ _PROBE_FIX = {
     "refused": "start peerd there, or correct the port (the peer port, 7733 unless configured otherwise)",
     "timeout": "the host may be down, or a firewall drops the port: allow TCP to it",
     "unreachable": "check the network path to that host (routing, VPN, firewall)",
-    "wrong-fleet": "give both machines the same fleet key: `peerd invite` here, `peerd join <token>` there",
+    "wrong-fleet": "bring that machine into this fleet: `peerd join --lan` there, then `peerd approve CODE` here "
+                   "(or `peerd invite` here, `peerd join TOKEN` there)",
     "not-peerd": "something other than peerd listens there: correct the address or port",
 }
 

@@ -33,7 +33,7 @@ from mcp_server.waiter import FeedWaiter
 from peerd.apiargs import opt_bool, opt_int, opt_str, parse_int, parse_text, read_json, req_str, route, str_list
 from peerd.dashboard import page_routes, views
 from peerd.node import Node
-from replica import InvalidArgument
+from replica import InvalidArgument, Replica
 from replica.api import DEFAULT_LIMIT
 
 WAIT_CAP = 300.0
@@ -65,6 +65,15 @@ async def status(node: Node, info: dict[str, Any]) -> dict[str, Any]:
         "settings": settings(node),
         "now": time.time(),
     }
+
+
+def send_with_check(rep: Replica, args: tuple[str, str, str, str | None, str | None]) -> dict[str, Any]:
+    """Send (from, channel, content, instance, from instance), and say which addressed roles this
+    node has never seen (``unknown_recipients``, with ``known_roles`` to suggest): the message is
+    stored either way."""
+    check = rep.recipient_check(args[1])
+    sent = rep.send_message(*args)
+    return {**sent.to_dict(), **check.to_dict()}
 
 
 def settings(node: Node) -> dict[str, Any]:
@@ -161,11 +170,9 @@ def _messaging_routes(node: Node) -> list[BaseRoute]:
 
     async def send(r: Request) -> Any:
         d = await read_json(r)
-        sent = await asyncio.to_thread(
-            rep.send_message, req_str(d, "from"), req_str(d, "channel"), req_str(d, "content"),
-            opt_str(d, "instanceId"), opt_str(d, "fromInstanceId"),
-        )
-        return sent.to_dict()
+        args = (req_str(d, "from"), req_str(d, "channel"), req_str(d, "content"), opt_str(d, "instanceId"),
+                opt_str(d, "fromInstanceId"))
+        return await asyncio.to_thread(send_with_check, rep, args)
 
     async def check(r: Request) -> Any:
         d = await read_json(r)

@@ -32,6 +32,7 @@ from replica.models import (
     Page,
     Profile,
     ReadState,
+    RecipientCheck,
     RecipientStatus,
     SearchHit,
     SenderSeen,
@@ -42,7 +43,8 @@ from replica.models import (
     ThreadSummary,
     receipt_state,
 )
-from replica.store import check_file
+from replica.routing import DEFAULT_BROADCAST_HISTORY_MS
+from replica.store import Store, check_file
 
 log = logging.getLogger("replica")
 
@@ -53,28 +55,49 @@ KEY_FILE = "node.key"
 ORPHAN_KEY_AGE = 60.0  # seconds; a key and its database are always created moments apart
 
 
-def open_home(home: Path, new_identity: identity.Identity | None = None) -> Replica:
-    """Open the replica kept in ``home`` (creating folder, key and database if needed; a new key is
-    ``new_identity`` when given).
+def key_path(db: Path) -> Path:
+    """Where the node key of the replica file ``db`` is kept: ``node.key`` beside a home's
+    ``replica.db`` (so the file is that node), else ``<file>.key`` beside the file."""
+    return db.with_name(KEY_FILE) if db.name == REPLICA_FILE else db.with_name(f"{db.name}.key")
+
+
+def open_file(db: Path, *, broadcast_history_ms: int = DEFAULT_BROADCAST_HISTORY_MS,
+              new_identity: identity.Identity | None = None) -> Replica:
+    """Open the replica file ``db`` as the node whose key is kept beside it (``key_path``),
+    creating file and key if needed (``broadcast_history_ms``: see ``Replica.open``; a new key is
+    ``new_identity`` when given: ``peerd join`` presents a key before it writes a home).
 
     A node key whose database is gone (deleted, restored without it) is retired, not
     reused: its peers still hold its old ops, so new ops under the same key would reuse
     their seqs and be ignored by every peer. The replica starts as a new node instead.
     """
-    home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    key = home / KEY_FILE
-    if not (home / REPLICA_FILE).exists() and key.exists() and time.time() - key.stat().st_mtime > ORPHAN_KEY_AGE:
-        retired = key.with_name(f"{KEY_FILE}.retired-{int(time.time())}")
+    db.parent.mkdir(parents=True, exist_ok=True)
+    key = key_path(db)
+    if not db.exists() and key.exists() and time.time() - key.stat().st_mtime > ORPHAN_KEY_AGE:
+        retired = key.with_name(f"{key.name}.retired-{int(time.time())}")
         os.replace(key, retired)
         log.warning("replica database missing beside an old node key: retired the key as %s; "
                     "this replica starts as a new node", retired.name)
-    return Replica.open(home / REPLICA_FILE, identity.load_or_create(key, new_identity))
+    st = Store(db)  # before the key: a file that is no replica gets no key beside it
+    try:
+        return Replica(st, identity.load_or_create(key, new_identity), broadcast_history_ms=broadcast_history_ms)
+    except BaseException:
+        st.close()
+        raise
+
+
+def open_home(home: Path, *, broadcast_history_ms: int = DEFAULT_BROADCAST_HISTORY_MS,
+              new_identity: identity.Identity | None = None) -> Replica:
+    """Open the replica kept in ``home`` (creating folder, key and database if needed)."""
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return open_file(home / REPLICA_FILE, broadcast_history_ms=broadcast_history_ms, new_identity=new_identity)
 
 
 __all__ = [
     "Agent", "ApplyResult", "FileCheck", "Inbox", "InboxMessage", "InvalidArgument", "InvalidOp", "LocalError",
-    "LogMessage", "MessageLog", "NotFound", "Page", "PeerdError", "Profile", "ReadState", "RecipientStatus",
+    "LogMessage", "MessageLog", "NotFound", "Page", "PeerdError", "Profile", "ReadState", "RecipientCheck",
+    "RecipientStatus",
     "RemoteError", "Replica", "SearchHit", "SenderSeen", "SentMessage", "StoreError", "Thread", "ThreadInfo",
     "ThreadMessage", "ThreadSummary", "Undecodable",
-    "agent_id_for", "check_file", "open_home", "receipt_state",
+    "agent_id_for", "check_file", "key_path", "open_file", "open_home", "receipt_state",
 ]

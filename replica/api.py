@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from replica import identity as idmod
+from replica import routing
 from replica.checks import DEFAULT_LIMIT, MAX_LIMIT, agent_id_for, check_count, check_name
 from replica.core import Listener, now_ms
 from replica.fleet import Fleet
@@ -36,9 +37,11 @@ class Replica(Messaging, Search, Threads, Fleet):
 
     @classmethod
     def open(cls, path: str | Path = ":memory:", identity: idmod.Identity | None = None,
-             *, wall: Callable[[], int] = now_ms) -> Replica:
-        """Open (creating if needed) the replica at ``path`` as ``identity``."""
-        return cls(Store(path), identity or idmod.generate(), wall=wall)
+             *, wall: Callable[[], int] = now_ms,
+             broadcast_history_ms: int = routing.DEFAULT_BROADCAST_HISTORY_MS) -> Replica:
+        """Open (creating if needed) the replica at ``path`` as ``identity``; a role's inbox
+        holds the broadcasts sent up to ``broadcast_history_ms`` before it was first seen."""
+        return cls(Store(path), identity or idmod.generate(), wall=wall, broadcast_history_ms=broadcast_history_ms)
 
 
 __all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Listener", "Replica", "agent_id_for", "check_count", "check_name", "now_ms"]

@@ -17,12 +17,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from replica.errors import InvalidArgument
+from replica.names import name_key
 from replica.ops import MAX_CONTENT_BYTES, MAX_NAME_CHARS
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
 MAX_QUERY_WORDS = 32
 MAX_COUNT = 2**63 - 1  # the largest SQLite integer
+MAX_SEQ = 2**53 - 1  # the largest integer every JSON client reads exactly; beyond it a seq is a mistake
 
 _CONTROL = re.compile(r"[\x00-\x1f]")
 
@@ -100,8 +102,9 @@ def fts_query(query: object) -> str:
 
 
 def agent_id_for(name: str) -> str:
-    """An agent's id is a pure function of its name: every replica agrees."""
-    digest = hashlib.blake2b(name.encode(), digest_size=8, person=b"peerd-agent").hexdigest()
+    """An agent's id is a pure function of its name's key (``names.name_key``: NFC, lower
+    case, trimmed): every replica agrees, and ``Alice`` and ``alice`` are one agent."""
+    digest = hashlib.blake2b(name_key(name).encode(), digest_size=8, person=b"peerd-agent").hexdigest()
     return "ag_" + digest
 
 

@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable
 from typing import Any, Self
 
+from replica import firstseen, routing, store
 from replica import hlc as hlcmod
 from replica import identity as idmod
 from replica import ops as opsmod
-from replica import store
 from replica.checks import chunks
 from replica.errors import InvalidArgument, InvalidOp
 from replica.ops import KIND_MSG, KIND_SET, MAX_WRITES_PER_OP, Op
@@ -61,15 +61,20 @@ class ReplicaCore:
     """Store, identity and the write path; the areas of ``Replica`` build on it."""
 
     def __init__(self, st: Store, ident: idmod.Identity, *, wall: Callable[[], int] = now_ms,
-                 max_drift_ms: int = hlcmod.DEFAULT_MAX_DRIFT_MS) -> None:
+                 max_drift_ms: int = hlcmod.DEFAULT_MAX_DRIFT_MS,
+                 broadcast_history_ms: int = routing.DEFAULT_BROADCAST_HISTORY_MS) -> None:
+        if not isinstance(broadcast_history_ms, int) or isinstance(broadcast_history_ms, bool) \
+                or broadcast_history_ms < 0:
+            raise InvalidArgument("broadcast_history_ms must be an integer >= 0")
         self._store = st
         self._ident = ident
         self._wall = wall
         self._max_drift_ms = max_drift_ms
+        self._broadcast_history_ms = broadcast_history_ms
         self._listeners: list[Listener] = []
         self._listen_lock = threading.Lock()
         self._oids: dict[bytes, int] = {}  # origin key -> row id, for apply
-        self._floors: dict[tuple[str, str | None], int] = {}  # inbox floors, see Messaging._inbox_rows
+        self._floors: dict[tuple[str, str | None, int], int] = {}  # inbox floors, see Messaging._inbox_rows
         with st.write() as cur:
             self._self_oid = store.origin_id(cur, ident.public_key)
 
@@ -132,6 +137,17 @@ class ReplicaCore:
             assert lseq is not None
         self._notify()
         return lseq, op
+
+    def _first_seen(self, role: str, now: int) -> tuple[int, list[list[Any]]]:
+        """When ``role`` was first seen in the fleet (``now`` if never), and the write that
+        records it when this is the first time (``replica.firstseen``)."""
+        with self._store.read() as cur:
+            first = firstseen.lookup(cur, role)
+        return (first, []) if first is not None else (now, [firstseen.write(role, now)])
+
+    def _broadcast_floor(self, first_seen_ms: int) -> int:
+        """The HLC below which broadcasts are not in the inbox of a role first seen then."""
+        return hlcmod.pack(routing.broadcast_floor(first_seen_ms, self._broadcast_history_ms))
 
     def _set(self, writes: list[list[Any]]) -> None:
         """Write LWW registers ([table, key, field, value] each), as few ops as the size cap allows."""

@@ -26,6 +26,15 @@ class SentMessage(_Dict):
 
 
 @dataclass(frozen=True)
+class RecipientCheck(_Dict):
+    """The roles a message names that this replica has never seen (no profile, never sent, never
+    checked an inbox), and, when there are any, known roles to suggest (closest spellings first)."""
+
+    unknown_recipients: tuple[str, ...]
+    known_roles: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class InboxMessage(_Dict):
     id: str
     receipt_id: str
@@ -113,11 +122,14 @@ class Thread(_Dict):
 
 @dataclass(frozen=True)
 class ThreadMessage(_Dict):
+    """A thread message; ``seq`` is its number within the thread (1, 2, 3, ... in arrival order here)."""
+
     seq: int
     id: str
     sender: str
     content: str
     created: str
+    thread_id: str
 
 
 @dataclass(frozen=True)

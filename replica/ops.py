@@ -178,6 +178,10 @@ def _check_msg(body: Mapping[str, Any]) -> None:
     _content(body["x"])
 
 
+def _wall_ms(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63
+
+
 def _str_or_none(v: object) -> bool:
     return v is None or (isinstance(v, str) and len(v.encode("utf-8", "surrogatepass")) <= MAX_CONTENT_BYTES)
 
@@ -189,6 +193,8 @@ LWW_SCHEMA: dict[str, tuple[int, dict[str, Callable[[object], bool]]]] = {
     "agent": (1, {"name": lambda v: isinstance(v, str), "alive": lambda v: isinstance(v, bool)}),
     "member": (2, {"in": lambda v: isinstance(v, bool)}),
     "thread": (1, {"created": _is_int}),
+    # not last-writer-wins: the earliest time wins (``replica.firstseen``)
+    "seen": (1, {"at": _wall_ms}),
 }
 
 

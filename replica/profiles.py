@@ -3,10 +3,14 @@
 Invariants:
 * A profile is three independent registers (name, static, dynamic) per
   orchestrator id: writing one never touches the others.
-* An agent's id is a pure function of its name (``checks.agent_id_for``), so
-  every replica derives the same id without coordination; deleting an agent
-  only clears its ``alive`` register, so the name can be taken again and gets
-  the same id back.
+* An agent's id is a pure function of its name's key (``checks.agent_id_for``
+  over ``names.name_key``), so every replica derives the same id without
+  coordination and names match case-insensitively after NFC; the name as first
+  written is kept for display. Deleting an agent only clears its ``alive``
+  register, so the name can be taken again and gets the same id back.
+* ``find_agent`` is the one way a name becomes an agent. An agent registered
+  before names were keyed (its id derived from the exact spelling) is still
+  found by any spelling of its name.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from replica.checks import agent_id_for, check_content, required_name
 from replica.core import ReplicaCore, iso
 from replica.errors import InvalidArgument, NotFound
 from replica.models import Agent, Profile
+from replica.names import name_key
 
 _PROFILE = "SELECT id, name, static, dynamic, updated FROM profiles"
 
@@ -30,7 +35,8 @@ class Profiles(ReplicaCore):
         writes = [["prof", [oid], f, check_content(v, f)] for f, v in fields.items() if v is not None]
         if not writes:
             raise InvalidArgument("give at least one of name, static, dynamic")
-        self._set(writes)
+        _, seen = self._first_seen(oid, self._wall())
+        self._set(seen + writes)
         profile = self.get_profile(oid)
         assert profile is not None
         return profile
@@ -63,19 +69,36 @@ class Profiles(ReplicaCore):
         agent = self.get_agent(agent_id)
         return agent is not None and agent.alive
 
-    def create_agent(self, name: str) -> str:
-        """Register ``name``; ``InvalidArgument('agent name taken')`` if it exists."""
+    def find_agent(self, name: str) -> Agent | None:
+        """The agent called ``name`` (any case, any Unicode form), a live one first; None if none."""
         clean = required_name(name, "agent name")
-        aid = agent_id_for(clean)
-        if self._alive(aid):
+        canonical = self.get_agent(agent_id_for(clean))
+        if canonical is not None and canonical.alive:
+            return canonical
+        return self._legacy_agent(name_key(clean), canonical) or canonical
+
+    def _legacy_agent(self, key: str, canonical: Agent | None) -> Agent | None:
+        """A live agent whose id came from an older, unkeyed spelling of the name (rare: looked
+        for only when the keyed id finds no live agent)."""
+        skip = canonical.id if canonical is not None else ""
+        for agent in self.list_agents():
+            if agent.id != skip and name_key(agent.name) == key:
+                return agent
+        return None
+
+    def create_agent(self, name: str) -> str:
+        """Register ``name``; ``InvalidArgument('agent name taken')`` if a live agent has it."""
+        clean = required_name(name, "agent name")
+        found = self.find_agent(clean)
+        if found is not None and found.alive:
             raise InvalidArgument("agent name taken")
+        aid = agent_id_for(clean)
         self._set([["agent", [aid], "name", clean], ["agent", [aid], "alive", True]])
         return aid
 
     def get_or_create_agent(self, name: str) -> str:
-        clean = required_name(name, "agent name")
-        aid = agent_id_for(clean)
-        return aid if self._alive(aid) else self.create_agent(clean)
+        found = self.find_agent(name)
+        return found.id if found is not None and found.alive else self.create_agent(name)
 
     def delete_agent(self, agent_id: str) -> None:
         aid = required_name(agent_id, "agent id")

@@ -5,7 +5,11 @@
   anywhere in the list makes the whole message a broadcast.
 * A message with a target instance is seen only by that instance of each
   targeted role; without one, by every instance (each its own receipt).
-* A broadcast reaches every role, including roles that appear later.
+* A broadcast reaches every role, including roles that appear later, if it
+  was sent no earlier than the broadcast history (default 7 days) before the
+  role was first seen in the fleet (``in_broadcast_history``): a new role
+  gets recent broadcasts, not every one ever sent. Older ones stay in the
+  log and search.
 * The sender's own (role, instance) never gets its own message back.
 * Thread messages are not routed to inboxes; participants read them by ``poll``.
 """
@@ -16,6 +20,8 @@ from dataclasses import dataclass
 
 BROADCAST = "broadcast"
 BROADCAST_ROUTE = "*"  # the route key every role matches
+DAY_MS = 86_400_000
+DEFAULT_BROADCAST_HISTORY_MS = 7 * DAY_MS
 
 
 def parse_channel(channel: str) -> tuple[str, ...]:
@@ -50,12 +56,26 @@ class Envelope:
     channel: str | None
     target_instance: str | None
     thread: str | None = None
+    created_ms: int = 0  # the wall time of the message's HLC
 
 
-def visible_to(msg: Envelope, role: str, instance: str | None) -> bool:
-    """Whether (role, instance) finds ``msg`` in its inbox."""
+def broadcast_floor(first_seen_ms: int, history_ms: int) -> int:
+    """The earliest wall time (ms) of a broadcast in the inbox of a role first seen at ``first_seen_ms``."""
+    return max(0, first_seen_ms - history_ms)
+
+
+def in_broadcast_history(created_ms: int, floor_ms: int) -> bool:
+    """Whether a broadcast created at ``created_ms`` is recent enough for an inbox with this floor."""
+    return created_ms >= floor_ms
+
+
+def visible_to(msg: Envelope, role: str, instance: str | None, broadcast_floor_ms: int = 0) -> bool:
+    """Whether (role, instance) finds ``msg`` in its inbox; broadcasts older than
+    ``broadcast_floor_ms`` (see ``broadcast_floor``) are not there."""
     keys = route_keys(msg.channel, msg.thread)
     if role not in keys and BROADCAST_ROUTE not in keys:
+        return False
+    if keys == (BROADCAST_ROUTE,) and not in_broadcast_history(msg.created_ms, broadcast_floor_ms):
         return False
     if msg.target_instance is not None and msg.target_instance != instance:
         return False

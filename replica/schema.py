@@ -5,7 +5,8 @@ rowid is the local arrival sequence ``lseq``); a message op also carries its
 message columns in the same row (one insert per message; ``messages`` is a
 view over them). ``routes`` files messages to several roles under each role;
 a message to one role or to ``broadcast`` is found through its channel column.
-Every other table is a projection of the ops and can be rebuilt from them.
+Every other table is a projection of the ops and can be rebuilt from them;
+``first_seen`` is a min-register per role (``replica.firstseen``).
 ``origins.hlc`` on this node's own row is the persisted HLC high-water mark. ``meta.schema_version``
 says which migrations have run; migrations only ever move forward.
 """
@@ -72,9 +73,29 @@ CREATE TABLE senders(
 INSERT INTO meta(k, v) VALUES ('fts_upto', 0);
 """
 
-# v3: fleet membership (``replica.fleet``): who was let in, the rekey ops, and who is removed
+# Per-thread numbers: ``thread_seqs`` gives each thread message its number
+# within its thread, 1, 2, 3, ... in the order it landed in this replica (the
+# ``seq`` of the thread API and tools); a projection of the ops like the others.
+# Existing thread messages are numbered per thread by lseq, the order they landed in.
+SCHEMA_THREAD_SEQS = """
+CREATE TABLE thread_seqs(lseq INTEGER PRIMARY KEY, thread TEXT NOT NULL, tseq INTEGER NOT NULL);
+CREATE UNIQUE INDEX thread_seqs_by_thread ON thread_seqs(thread, tseq);
+INSERT INTO thread_seqs(lseq, thread, tseq)
+    SELECT lseq, thread, row_number() OVER (PARTITION BY thread ORDER BY lseq) FROM ops
+    WHERE thread IS NOT NULL AND id IS NOT NULL
+"""
+
+# When each role was first seen (``replica.firstseen``): the min over the messages it sent
+# and the ``seen`` register writes; the messages already held give the start.
+SCHEMA_FIRST_SEEN = """
+CREATE TABLE first_seen(role TEXT PRIMARY KEY, at INTEGER NOT NULL) WITHOUT ROWID;
+INSERT INTO first_seen(role, at)
+    SELECT sender, min(hlc) >> 16 FROM ops WHERE id IS NOT NULL AND thread IS NULL GROUP BY sender;
+"""
+
+# Fleet membership (``replica.fleet``): who was let in, the rekey ops, and who is removed
 # with the cutoff past which its ops are refused. Projections of ``admit`` and ``rekey`` ops.
-SCHEMA_V3 = """
+SCHEMA_FLEET = """
 CREATE TABLE fleet_admits(node BLOB PRIMARY KEY, name TEXT NOT NULL, fleet TEXT NOT NULL,
     hlc INTEGER NOT NULL, origin BLOB NOT NULL) WITHOUT ROWID;
 CREATE TABLE fleet_rekeys(origin BLOB NOT NULL, seq INTEGER NOT NULL, lseq INTEGER NOT NULL,
@@ -82,5 +103,5 @@ CREATE TABLE fleet_rekeys(origin BLOB NOT NULL, seq INTEGER NOT NULL, lseq INTEG
 CREATE TABLE fleet_removed(node BLOB PRIMARY KEY, upto INTEGER NOT NULL) WITHOUT ROWID;
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3)
+MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_THREAD_SEQS, SCHEMA_FIRST_SEEN, SCHEMA_FLEET)
 LATEST = len(MIGRATIONS)

@@ -6,8 +6,13 @@ Invariants:
   allocates seqs and lseqs inside that transaction.
 * ``store_op`` is idempotent: an op already held (same origin and seq) is
   ignored, and the projections are touched only for a newly stored op.
+* A thread message's number in its thread (``thread_seqs.tseq``) is the next
+  one of its thread, taken as it lands (inside the write transaction): 1, 2,
+  3, ... per thread, no gaps, in this replica's arrival order.
 * LWW projections change only when the register write wins: ``_LWW_UPSERT`` is
   ``lww.wins`` in SQL, and ``tests/test_crdt_properties.py`` checks the two agree.
+* ``first_seen`` is a min-register per role (``replica.firstseen``): every op's
+  sightings are projected with ``firstseen.record`` (the earliest time stays).
 * sqlite3 errors are translated to ``StoreError`` here and go no further.
 * ``check_file`` opens a file read-only (``mode=ro``): looking never writes.
 """
@@ -23,7 +28,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from replica import fleetstore, membership, routing, schema
+from replica import firstseen, fleetstore, membership, routing, schema
 from replica.errors import StoreError
 from replica.hlc import wall_of
 from replica.lww import join_key
@@ -89,6 +94,8 @@ class Store:
                 version = int(row[0]) if row else 0
             if version > schema.LATEST:
                 raise StoreError(f"replica schema v{version} is newer than this peerd (v{schema.LATEST})")
+            if version == 0:
+                _require_empty(cur, self.path)
             for script in schema.MIGRATIONS[version:]:
                 for stmt in script.split(";"):
                     if stmt.strip():
@@ -139,6 +146,14 @@ class Store:
                         self.conn.execute("COMMIT")
 
 
+def _require_empty(cur: sqlite3.Cursor, path: str) -> None:
+    """A database without peerd's schema must be empty: another program's tables are never
+    taken over (say, a file of another message bus opened by mistake)."""
+    tables = [r[0] for r in cur.execute("SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' LIMIT 5")]
+    if tables:
+        raise StoreError(f"{path} is not a peerd replica: it holds other tables ({', '.join(tables)})")
+
+
 def check_file(path: str | Path, *, timeout: float = 10.0) -> FileCheck:
     """SQLite's quick check and the counts of a replica file, opened read-only (a daemon
     may be writing it; ``timeout`` seconds at most for its locks); ``StoreError`` if it
@@ -183,17 +198,31 @@ def store_op(cur: sqlite3.Cursor, oid: int, op: Op) -> int | None:
     return lseq
 
 
+# A thread message takes the next number of its thread as it lands: inside the write
+# transaction, so numbers are unique per thread and follow this replica's arrival order.
+_NUMBER_IN_THREAD = (
+    "INSERT OR IGNORE INTO thread_seqs(lseq, thread, tseq) VALUES (?1, ?2,"
+    " coalesce((SELECT tseq FROM thread_seqs WHERE thread = ?2 ORDER BY tseq DESC LIMIT 1), 0) + 1)"
+)
+
+
 def materialize(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
     """Project a newly stored op (its message columns are already in its row)."""
     if op.kind == KIND_MSG:
+        if op.body["t"] is not None:
+            cur.execute(_NUMBER_IN_THREAD, (lseq, op.body["t"]))
         keys = routing.route_keys(op.body["c"], op.body["t"])
         if len(keys) > 1:  # one role or broadcast: found through the channel column
             cur.executemany("INSERT OR IGNORE INTO routes(role, lseq) VALUES (?, ?)", [(k, lseq) for k in keys])
     elif op.kind in membership.KINDS:
         fleetstore.project(cur, lseq, op)
+        return
     else:
         for write in op.body["w"]:
-            put_register(cur, write, op.hlc, op.origin)
+            if write[0] != firstseen.TABLE:  # a min-register, not last-writer-wins
+                put_register(cur, write, op.hlc, op.origin)
+    for role, at in firstseen.sightings(op):
+        firstseen.record(cur, role, at)
 
 
 _LWW_UPSERT = (

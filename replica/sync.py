@@ -183,7 +183,7 @@ class Sync(ReplicaCore):
             return int(cur.execute(LAST_OWN, (self._self_oid,)).fetchone()[1] or 0)
 
     def state_digest(self) -> str:
-        """A hash of the replicated state (messages and LWW registers), not local order."""
+        """A hash of the replicated state (messages, LWW registers, first-seen times), not local order."""
         h = hashlib.blake2b(digest_size=16)
         with self._store.read() as cur:
             for row in cur.execute(
@@ -192,6 +192,8 @@ class Sync(ReplicaCore):
                 h.update(pack(list(row)))
             for row in cur.execute("SELECT tbl, k, f, v, hlc, origin FROM lww ORDER BY tbl, k, f"):
                 h.update(pack(list(row)))
+            for row in cur.execute("SELECT role, at FROM first_seen ORDER BY role"):
+                h.update(pack(["first_seen", *row]))
         return h.hexdigest()
 
     def stats(self) -> dict[str, int]:

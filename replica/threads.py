@@ -4,8 +4,9 @@ Invariants:
 * Membership is an LWW set of (thread, agent) (``members.present``); only live
   agents join, and only present participants append.
 * A thread message is an ordinary message with a thread id and no channel; its
-  ``seq`` is its local arrival position, so ``poll(after_seq)`` never skips a
-  message that arrives late.
+  ``seq`` is its number within the thread in this replica's arrival order
+  (1, 2, 3, ..., given as it lands: ``thread_seqs``, ``store.materialize``), so ``poll(after_seq)``
+  never skips a message that arrives late and the first message is seq 1.
 * Read state is the agent's receipts on the thread's messages (instance key
   ``""``), so it merges like any other receipt.
 """
@@ -17,22 +18,38 @@ from typing import Any
 
 from replica import hlc as hlcmod
 from replica import ops as opsmod
-from replica.checks import MAX_LIMIT, check_content, check_count, check_limit, required_name, required_names
+from replica.checks import (
+    MAX_LIMIT,
+    MAX_SEQ,
+    check_content,
+    check_count,
+    check_limit,
+    required_name,
+    required_names,
+)
 from replica.core import const_body, read_writes
 from replica.errors import InvalidArgument, NotFound
 from replica.models import ReadState, Thread, ThreadInfo, ThreadMessage, ThreadSummary
 from replica.ops import KIND_MSG, KIND_SET
 from replica.profiles import Profiles
 
-# Per (thread ?2, agent ?1): message count, newest creation, highest read lseq, unread, unread from others.
+# Per (thread ?2, agent ?1): message count, newest creation, highest read seq, unread, unread from others.
 _READ_COUNTS = (
     "SELECT count(*), max(m.hlc),"
-    " coalesce(max(CASE WHEN rc.read IS NOT NULL THEN m.lseq END), 0),"
+    " coalesce(max(CASE WHEN rc.read IS NOT NULL THEN ts.tseq END), 0),"
     " coalesce(sum(rc.read IS NULL), 0),"
     " coalesce(sum(rc.read IS NULL AND m.sender != ?1), 0)"
-    " FROM messages m LEFT JOIN receipts rc ON rc.msg_id = m.id AND rc.role = ?1 AND rc.inst = ''"
-    " WHERE m.thread = ?2"
+    " FROM thread_seqs ts JOIN ops m ON m.lseq = ts.lseq"
+    " LEFT JOIN receipts rc ON rc.msg_id = m.id AND rc.role = ?1 AND rc.inst = ''"
+    " WHERE ts.thread = ?2"
 )
+
+
+_POLL = "SELECT ts.tseq, m.id, m.sender, m.content, m.hlc, ts.thread FROM thread_seqs ts JOIN ops m ON m.lseq = ts.lseq"
+
+
+def _thread_message(r: Any) -> ThreadMessage:
+    return ThreadMessage(r[0], r[1], r[2], r[3], hlcmod.to_iso(r[4]), r[5])
 
 
 def _thread_row(cur: Any, tid: str) -> Any:
@@ -130,39 +147,39 @@ class Threads(Profiles):
             raise InvalidArgument("agent not in thread")
         self._set([["member", [tid, aid], "in", False]])
 
-    def append(self, thread_id: str, sender: str, content: str) -> int:
-        """Append to a thread; returns the message's seq. Sender must be a participant."""
+    def append(self, thread_id: str, sender: str, content: str) -> ThreadMessage:
+        """Append to a thread; returns the message (its ``seq`` numbers it within the
+        thread). Sender must be a participant."""
         tid, members = self._require_thread(thread_id)
         aid = required_name(sender, "sender")
         if aid not in members:
             raise InvalidArgument("sender not in thread")
         body = {"f": aid, "fi": None, "c": None, "ti": None, "t": tid, "x": check_content(content)}
         lseq, _op = self._write(KIND_MSG, const_body(body))
-        return lseq
+        with self._store.read() as cur:
+            row = cur.execute(f"{_POLL} WHERE ts.lseq = ?", (lseq,)).fetchone()
+        return _thread_message(row)
 
     def poll(self, thread_id: str, after_seq: int = 0, limit: int = MAX_LIMIT) -> list[ThreadMessage]:
         """Thread messages with seq > ``after_seq``, in local arrival order."""
         tid, _ = self._require_thread(thread_id)
-        after = check_count(after_seq, "after_seq")
+        after = check_count(after_seq, "after_seq", high=MAX_SEQ)
         limit = check_limit(limit)
         with self._store.read() as cur:
-            rows = cur.execute(
-                "SELECT lseq, id, sender, content, hlc FROM messages"
-                " WHERE thread = ? AND lseq > ? ORDER BY lseq LIMIT ?",
-                (tid, after, limit),
-            ).fetchall()
-        return [ThreadMessage(r[0], r[1], r[2], r[3], hlcmod.to_iso(r[4])) for r in rows]
+            rows = cur.execute(f"{_POLL} WHERE ts.thread = ? AND ts.tseq > ? ORDER BY ts.tseq LIMIT ?",
+                               (tid, after, limit)).fetchall()
+        return [_thread_message(r) for r in rows]
 
     def mark_read(self, thread_id: str, agent_id: str, seq: int) -> None:
         """Mark every thread message with seq <= ``seq`` read for ``agent_id``."""
         tid, _ = self._require_thread(thread_id)
         aid = required_name(agent_id, "agent id")
-        upto = check_count(seq, "seq")
+        upto = check_count(seq, "seq", high=MAX_SEQ)
         with self._store.read() as cur:
             rows = cur.execute(
-                "SELECT m.id, rc.delivered FROM messages m LEFT JOIN receipts rc"
-                " ON rc.msg_id = m.id AND rc.role = ? AND rc.inst = ''"
-                " WHERE m.thread = ? AND m.lseq <= ? AND rc.read IS NULL",
+                "SELECT m.id, rc.delivered FROM thread_seqs ts JOIN ops m ON m.lseq = ts.lseq"
+                " LEFT JOIN receipts rc ON rc.msg_id = m.id AND rc.role = ? AND rc.inst = ''"
+                " WHERE ts.thread = ? AND ts.tseq <= ? AND rc.read IS NULL",
                 (aid, tid, upto),
             ).fetchall()
         now = self._wall()

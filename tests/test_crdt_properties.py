@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replica import Replica, hlc, lww, store
+from replica import Replica, firstseen, hlc, lww, ops, store
 from replica.lww import Write
 from replica.store import Store
 from tests.conftest import pull
@@ -204,3 +204,54 @@ def test_replica_clock_capped_against_far_future_peer() -> None:
     assert here.check_messages("b").messages[0].content == "from the future"
     here.send_message("b", "a", "reply")
     assert hlc.wall_of(here.clock()) <= 10_000_000 + hlc.DEFAULT_MAX_DRIFT_MS
+
+
+# -- first seen: a min-register per role --------------------------------------------------------------
+
+sightings = st.lists(st.tuples(st.sampled_from(ROLES), st.integers(0, 10**6)), max_size=30)
+
+
+@given(xs=sightings, ys=sightings, zs=sightings)
+def test_first_seen_merge_laws(xs: list[tuple[str, int]], ys: list[tuple[str, int]], zs: list[tuple[str, int]]) -> None:
+    """The first-seen merge (earliest time per role) is commutative, associative and idempotent."""
+    m = firstseen.merge
+    assert m(m({}, xs), ys) == m(m({}, ys), xs)
+    assert m(m(m({}, xs), ys), zs) == m(m({}, xs), ys + zs)
+    assert m(m({}, xs), xs) == m({}, xs)
+    assert all(m({}, xs)[r] == min(t for q, t in xs if q == r) for r, _ in xs)
+
+
+first_seen_action = st.tuples(st.sampled_from(["send", "check", "profile", "thread"]), st.sampled_from(ROLES),
+                              st.integers(-3 * 86_400_000, 3 * 86_400_000))
+
+
+@settings(max_examples=40, deadline=None)
+@given(plan=st.lists(st.tuples(st.integers(0, 2), first_seen_action), min_size=1, max_size=20), data=st.data())
+def test_store_first_seen_is_the_pure_min_whatever_the_order(plan: list[tuple[int, tuple[str, str, int]]],
+                                                              data: st.DataObject) -> None:
+    """Ops from three origins with skewed clocks (messages, checks, profiles, thread messages),
+    applied to a replica in any order with duplicates, leave each role's first-seen time at the
+    earliest sighting the ops show, the pure ``firstseen.merge`` of ``firstseen.sightings``."""
+    clocks = [[10**12], [10**12], [10**12]]
+    origins = [Replica.open(wall=lambda c=c: c[0]) for c in clocks]  # type: ignore[misc]
+    for who, (kind, role, skew) in plan:
+        clocks[who][0] = 10**12 + skew
+        r = origins[who]
+        if kind == "send":
+            r.send_message(role, "x", "hi")
+        elif kind == "check":
+            r.check_messages(role)
+        elif kind == "profile":
+            r.update_profile(role, name=role)
+        else:
+            agents = r.get_or_create_agent(role), r.get_or_create_agent(f"{role}2")
+            r.append(r.create_thread(*agents), agents[0], "in a thread")
+    everything = _ops_of(origins)
+    model = firstseen.merge({}, [s for raw in everything for s in firstseen.sightings(ops.decode(raw))])
+    replica = Replica.open()
+    replica.apply(data.draw(st.permutations(everything + data.draw(st.lists(st.sampled_from(everything))))))
+    with replica._store.read() as cur:
+        held = dict(cur.execute("SELECT role, at FROM first_seen").fetchall())
+    assert held == model
+    assert set(held) == {role for _, (kind, role, _) in plan if kind != "thread"}  # agents are not roles
+    assert all(held[role] <= 10**12 + 3 * 86_400_000 for role in held)

@@ -130,6 +130,21 @@ async def test_message_round_trip_send_check_mark_status(node: Node) -> None:
         assert (await ok(client, "check_messages", recipient="beta"))["messages"] == []
 
 
+async def test_send_to_a_role_never_seen_says_so_and_still_stores_it(node: Node) -> None:
+    """send_message names recipients never seen in the fleet (unknownRecipients) with the known roles,
+    closest spelling first (knownRoles); the message is stored and reaches the role once it checks."""
+    async with connect(node) as client:
+        await ok(client, "update_profile", orchestratorId="reviewer", name="Reviewer")
+        await ok(client, "check_messages", recipient="coder")
+        sent = await ok(client, "send_message", **{"from": "lead", "channel": "revewer,coder", "content": "typo"})
+        assert sent["unknownRecipients"] == ["revewer"]
+        assert sent["knownRoles"][0] == "reviewer" and set(sent["knownRoles"]) == {"coder", "reviewer"}
+        known = await ok(client, "send_message", **{"from": "lead", "channel": "coder", "content": "fine"})
+        assert known["unknownRecipients"] == [] and known["knownRoles"] is None
+        inbox = await ok(client, "check_messages", recipient="revewer")
+        assert [m["content"] for m in inbox["messages"]] == ["typo"]
+
+
 async def test_instances_and_since_cursor(node: Node) -> None:
     """instanceId targets one instance; since skips what an earlier call returned."""
     async with connect(node) as client:
@@ -205,6 +220,7 @@ async def test_thread_round_trip(node: Node) -> None:
     """Agents, thread creation, join/leave, append/poll, unread state, info, deletion."""
     async with connect(node) as client:
         alice = await ok(client, "create_agent", name="alice")
+        assert alice["created"] is True
         await ok(client, "create_agent", name="bob")
         await ok(client, "create_agent", name="carol")
         thread = await ok(client, "create_thread", participant_names=["alice", "bob"])
@@ -212,6 +228,7 @@ async def test_thread_round_trip(node: Node) -> None:
         assert sorted(thread["participants"]) == ["alice", "bob"]
         assert "carol" in (await ok(client, "join_thread", thread_id=tid, agent_name="carol"))["participants"]
         first = await ok(client, "append", thread_id=tid, sender_name="alice", content="hi all")
+        assert first["seq"] == 1
         await ok(client, "append", thread_id=tid, sender_name="bob", content="hi alice")
         polled = await ok(client, "poll", thread_id=tid)
         assert [(m["sender"], m["content"]) for m in polled["messages"]] == [("alice", "hi all"), ("bob", "hi alice")]
@@ -226,10 +243,13 @@ async def test_thread_round_trip(node: Node) -> None:
             False, polled["cursor"], 2, True)
         info = await ok(client, "thread_info", thread_id=tid)
         assert (sorted(info["participants"]), info["message_count"]) == (["alice", "bob", "carol"], 2)
+        assert (info["latest_message"]["seq"], info["latest_message"]["content"]) == (2, "hi alice")
         assert "carol" not in (await ok(client, "leave_thread", thread_id=tid, agent_name="carol"))["participants"]
         gone = await ok(client, "delete_account", agent_id=alice["agent_id"])
         assert (gone["name"], gone["deleted"]) == ("alice", True)
-        assert (await ok(client, "create_agent", name="alice"))["agent_id"] == alice["agent_id"]
+        again = await ok(client, "create_agent", name="alice")
+        assert (again["agent_id"], again["created"]) == (alice["agent_id"], True)
+        assert (await ok(client, "create_agent", name="alice"))["created"] is False
 
 
 # -- bad calls change nothing ------------------------------------------------------------------
@@ -270,27 +290,29 @@ BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("message_status", {"messageId": "nope"}, "not_found"),
     ("message_status", {}, "invalid_argument: missing required argument 'messageId'"),
     ("whoami", {"role": "x"}, "invalid_argument: unknown argument 'role'"),
-    ("create_agent", {"name": "alice"}, "invalid_argument: agent name taken"),
     ("create_agent", {"name": "  "}, "invalid_argument"),
     ("delete_account", {"agent_id": "ag_0000"}, "not_found: unknown agent_id 'ag_0000'"),
     ("delete_account", {"agent_id": "alice"},
      "not_found: unknown agent_id 'alice'; the agent named 'alice' has agent_id 'ag_"),
     ("create_thread", {"participant_names": ["alice"]}, "invalid_argument: 'participant_names'"),
     ("create_thread", {"participant_names": ["alice", "ghost"]}, "not_found: unknown agent 'ghost'"),
-    ("create_thread", {"participant_names": ["alice", "alice"]}, "invalid_argument: need at least two"),
+    ("create_thread", {"participant_names": ["alice", "alice"]}, "invalid_argument: need >=2 participants"),
     ("join_thread", {"thread_id": "nope", "agent_name": "carol"}, "not_found: unknown thread 'nope'"),
     ("join_thread", {"thread_id": "{tid}", "agent_name": "ghost"}, "not_found: unknown agent 'ghost'"),
-    ("leave_thread", {"thread_id": "{tid}", "agent_name": "carol"}, "invalid_argument: 'carol' is not a participant"),
+    ("leave_thread", {"thread_id": "{tid}", "agent_name": "carol"},
+     "invalid_argument: agent not in thread: 'carol' is not a participant"),
     ("thread_info", {"thread_id": "nope"}, "not_found: unknown thread"),
     ("thread_status", {"thread_id": "{tid}", "agent_name": "ghost"}, "not_found: unknown agent 'ghost'"),
     ("append", {"thread_id": "{tid}", "sender_name": "carol", "content": "x"},
-     "invalid_argument: 'carol' is not a participant"),
+     "invalid_argument: sender not in thread: 'carol' is not a participant"),
     ("append", {"thread_id": "nope", "sender_name": "alice", "content": "x"}, "not_found: unknown thread"),
     ("poll", {"thread_id": "nope"}, "not_found: unknown thread"),
     ("poll", {"thread_id": "{tid}", "after_seq": -1}, "invalid_argument: 'after_seq'"),
+    ("poll", {"thread_id": "{tid}", "after_seq": 2**63}, "invalid_argument: 'after_seq'"),
     ("has_unread", {"thread_id": "{tid}", "agent_name": "ghost"}, "not_found: unknown agent 'ghost'"),
     ("mark_read", {"thread_id": "{tid}", "agent_name": "ghost", "seq": 1}, "not_found: unknown agent 'ghost'"),
     ("mark_read", {"thread_id": "{tid}", "agent_name": "bob", "seq": -1}, "invalid_argument: 'seq'"),
+    ("mark_read", {"thread_id": "{tid}", "agent_name": "bob", "seq": 2**53}, "invalid_argument: 'seq'"),
     ("mark_read", {"thread_id": "nope", "agent_name": "bob", "seq": 1}, "not_found: unknown thread"),
 ]
 

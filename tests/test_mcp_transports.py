@@ -99,13 +99,18 @@ async def test_stdio_wait_wakes_on_a_write_from_another_process(home: Path, repl
     assert [m["content"] for m in result["messages"]] == ["wake up"]
 
 
-def test_main_requires_a_home(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without --home or PEERD_HOME the entry point refuses to start; PEERD_HOME is honoured."""
+def test_main_requires_a_home(monkeypatch: pytest.MonkeyPatch, home: Path, tmp_path: Path,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --home or PEERD_HOME the entry point refuses to start, and a folder with no replica
+    is refused rather than made into an empty one; PEERD_HOME is honoured."""
     monkeypatch.delenv("PEERD_HOME", raising=False)
     with pytest.raises(SystemExit):
         parse_args([])
-    monkeypatch.setenv("PEERD_HOME", "/somewhere")
-    assert parse_args(["--role", "x"]).home == Path("/somewhere")
+    with pytest.raises(SystemExit):
+        parse_args(["--home", str(tmp_path / "typo")])
+    assert "no peerd replica in" in capsys.readouterr().err and not (tmp_path / "typo").exists()
+    monkeypatch.setenv("PEERD_HOME", str(home))
+    assert parse_args(["--role", "x"]).home == home
 
 
 # -- waiting on writes of other processes (the daemon's case) ------------------------------------

@@ -111,6 +111,26 @@ def test_v1_replica_is_migrated_forward(tmp_path: Path) -> None:
     assert int(version) == schema.LATEST
 
 
+def test_v3_replica_learns_first_seen_times_from_its_messages(tmp_path: Path) -> None:
+    """Migrating to v4 gives every role that has sent a message the time of its first message,
+    as a replica syncing the same ops would compute."""
+    db = tmp_path / "replica.db"
+    clock = [1_800_000_000_000]
+    with Replica.open(db, wall=lambda: clock[0]) as r:
+        r.send_message("lead", "broadcast", "kickoff")
+        clock[0] += 10 * 86_400_000
+        r.send_message("lead", "ops", "later")
+        r.send_message("ops", "lead", "ok")
+        expected = r.state_digest()
+    con = sqlite3.connect(db)  # what a v3 file holds: no first_seen table
+    con.executescript("DROP TABLE first_seen; UPDATE meta SET v = 3 WHERE k = 'schema_version';")
+    con.close()
+    with Replica.open(db, wall=lambda: clock[0] + 60 * 86_400_000) as r:
+        assert r.state_digest() == expected
+        assert [m.content for m in r.check_messages("lead").messages] == ["ok"]
+        assert [m.content for m in r.check_messages("ops").messages] == ["later"]  # kickoff: 10 days before
+
+
 OPENER = """
 import sys
 from pathlib import Path

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replica import Replica
-from replica.routing import Envelope, parse_channel, visible_to
+from replica import InvalidArgument, Replica, firstseen
+from replica.routing import DAY_MS, Envelope, broadcast_floor, parse_channel, visible_to
+from tests.conftest import pull
 
 
 def inbox(r: Replica, role: str, inst: str | None = None) -> list[str]:
@@ -98,23 +102,42 @@ def test_inbox_query_matches_pure_rule(
         assert (len(r.check_messages(role, inst).messages) == 1) == expected
 
 
+DAY = DAY_MS
+BASE = 1_800_000_000_000  # a wall time (ms) the clock of these tests starts from
+
 envelopes = st.builds(
     Envelope, sender=names, sender_instance=insts,
     channel=st.sampled_from(["a", "b", "a,b", "b, c", "c,a", "broadcast"]), target_instance=insts,
 )
 
 
-@given(sent=st.lists(envelopes, min_size=1, max_size=8), role=names, inst=insts, data=st.data())
+@given(sent=st.lists(st.tuples(envelopes, st.integers(0, 30 * DAY)), min_size=1, max_size=8), role=names, inst=insts,
+       history_days=st.integers(0, 10), profile_at=st.one_of(st.none(), st.integers(0, 40 * DAY)),
+       check_at=st.integers(0, 40 * DAY), data=st.data())
 def test_both_inbox_queries_match_pure_rule_over_many_messages(
-    sent: list[Envelope], role: str, inst: str | None, data: st.DataObject
+    sent: list[tuple[Envelope, int]], role: str, inst: str | None, history_days: int, profile_at: int | None,
+    check_at: int, data: st.DataObject,
 ) -> None:
     """The unread inbox and the whole inbox (read ones too, latest ``limit``) hold exactly the
-    messages the pure rule shows (role, inst), in arrival order, whatever is read."""
-    with Replica.open() as r:
-        for i, e in enumerate(sent):
+    messages the pure rule shows (role, inst), in arrival order, whatever is read: broadcasts only
+    from the history before the role was first seen (its first message, profile or check)."""
+    sent = sorted(sent, key=lambda s: s[1])  # a replica's messages are created in clock order
+    clock = [BASE]
+    with Replica.open(wall=lambda: clock[0], broadcast_history_ms=history_days * DAY) as r:
+        for i, (e, at) in enumerate(sent):
+            clock[0] = BASE + at
             r.send_message(e.sender, e.channel or "", str(i), instance_id=e.target_instance,
                            from_instance_id=e.sender_instance)
-        visible = [str(i) for i, e in enumerate(sent) if visible_to(e, role, inst)]
+        sightings = [(e.sender, BASE + at) for e, at in sent]
+        if profile_at is not None:
+            clock[0] = BASE + profile_at
+            r.update_profile(role, name="R")
+            sightings.append((role, clock[0]))
+        clock[0] = BASE + check_at
+        first = firstseen.merge({}, sightings).get(role, clock[0])  # a role never seen is first seen now
+        floor = broadcast_floor(first, history_days * DAY)
+        visible = [str(i) for i, (e, at) in enumerate(sent)
+                   if visible_to(replace(e, created_ms=BASE + at), role, inst, floor)]
         unread = r.check_messages(role, inst).messages
         assert [m.content for m in unread] == visible
         read = data.draw(st.lists(st.sampled_from(unread), unique=True), label="read") if unread else []
@@ -127,3 +150,117 @@ def test_both_inbox_queries_match_pure_rule_over_many_messages(
         assert {m.content for m in whole if m.read_at is not None} == done
         limit = data.draw(st.integers(1, 8), label="limit")
         assert [m.content for m in r.inbox_all(role, inst, limit=limit).messages] == visible[-limit:]
+
+
+# -- broadcast history ------------------------------------------------------------------------------
+
+
+def clocked(history_days: int = 7) -> tuple[Replica, list[int]]:
+    clock = [BASE]
+    return Replica.open(wall=lambda: clock[0], broadcast_history_ms=history_days * DAY), clock
+
+
+def test_a_new_role_gets_recent_broadcasts_but_not_old_ones() -> None:
+    """A role first seen now finds last week's broadcasts unread, not last month's; the old one
+    stays in the log and in search."""
+    r, clock = clocked()
+    with r:
+        r.send_message("lead", "broadcast", "merge freeze thursday")
+        clock[0] += 20 * DAY
+        r.send_message("lead", "broadcast", "release on friday")
+        clock[0] += 3 * DAY
+        assert inbox(r, "newcomer") == ["release on friday"]
+        assert [m.content for m in r.inbox_all("newcomer").messages] == ["release on friday"]
+        assert [m.content for m in r.message_log().messages] == ["merge freeze thursday", "release on friday"]
+        assert [h.content for h in r.search_messages("freeze")] == ["merge freeze thursday"]
+
+
+def test_first_check_fixes_the_roles_history_for_later_checks() -> None:
+    """The first check records when the role was first seen, so a broadcast that was recent then
+    stays in its inbox later (the window does not slide with the clock)."""
+    r, clock = clocked()
+    with r:
+        r.send_message("lead", "broadcast", "hello all")
+        clock[0] += 6 * DAY
+        assert inbox(r, "ops") == ["hello all"]  # delivered, not read
+        clock[0] += 30 * DAY
+        assert inbox(r, "ops") == ["hello all"]
+        assert inbox(r, "other") == []  # first seen only now
+
+
+def test_role_first_seen_by_a_profile_or_a_message_gets_the_broadcasts_of_then() -> None:
+    """A role whose profile was set, or that sent a message, long ago keeps the broadcasts of the
+    week before that, whenever it first checks."""
+    r, clock = clocked()
+    with r:
+        r.send_message("lead", "broadcast", "kickoff")
+        clock[0] += 2 * DAY
+        r.update_profile("planner", name="Planner")
+        r.send_message("coder", "lead", "ready")
+        clock[0] += 60 * DAY
+        assert inbox(r, "planner") == ["kickoff"]
+        assert inbox(r, "coder") == ["kickoff"]
+
+
+def test_broadcast_reaches_role_whose_profile_appears_within_the_history() -> None:
+    """DESIGN: a broadcast reaches a role whose profile appeared after it was sent (within the history)."""
+    r, clock = clocked(history_days=1)
+    with r:
+        r.send_message("lead", "broadcast", "news")
+        clock[0] += DAY - 1
+        r.update_profile("late", name="Late")
+        clock[0] += 10 * DAY
+        assert inbox(r, "late") == ["news"]
+        assert [s.role for s in r.message_status(r.message_log().messages[0].id)] == ["late"]
+
+
+def test_an_earlier_sighting_from_a_peer_brings_back_the_broadcasts_of_then() -> None:
+    """Replica b first sees the role now; a peer that saw it a month earlier tells b so, and the
+    broadcast of that time joins the role's inbox on b (first-seen times only move earlier)."""
+    a, clock_a = clocked()
+    b, clock_b = clocked()
+    with a, b:
+        a.send_message("lead", "broadcast", "old news")
+        pull(b, a)
+        clock_b[0] += 40 * DAY
+        assert inbox(b, "ops") == []
+        clock_a[0] += DAY
+        assert inbox(a, "ops") == ["old news"]
+        pull(b, a)
+        assert inbox(b, "ops") == ["old news"]
+
+
+def test_message_status_counts_only_roles_whose_inbox_holds_the_broadcast() -> None:
+    """A broadcast's expected recipients are the roles with a profile that can see it."""
+    r, clock = clocked()
+    with r:
+        r.update_profile("early", name="E")
+        mid = r.send_message("lead", "broadcast", "old").id
+        clock[0] += 30 * DAY
+        r.update_profile("late", name="L")
+        assert [s.role for s in r.message_status(mid)] == ["early"]
+
+
+def test_broadcast_history_must_be_a_non_negative_int() -> None:
+    """A bad history setting is refused when the replica is opened."""
+    for bad in (-1, 1.5, True):
+        with pytest.raises(InvalidArgument):
+            Replica.open(broadcast_history_ms=bad)  # type: ignore[arg-type]
+
+
+# -- unknown recipients ------------------------------------------------------------------------------
+
+
+def test_recipient_check_names_roles_never_seen_and_suggests_known_ones(mem: Replica) -> None:
+    """A role with no profile, no message sent and no check is unknown; known roles come
+    with the closest spelling first; a broadcast names no unknown role."""
+    mem.update_profile("reviewer", name="R")
+    mem.send_message("planner", "bob", "hi")  # bob is addressed, not seen
+    mem.check_messages("coder")
+    check = mem.recipient_check("bob, revewer, coder")
+    assert check.unknown_recipients == ("bob", "revewer")
+    assert check.known_roles[0] == "reviewer" and set(check.known_roles) == {"coder", "planner", "reviewer"}
+    assert mem.recipient_check("coder").to_dict() == {"unknown_recipients": (), "known_roles": ()}
+    assert mem.recipient_check("broadcast").unknown_recipients == ()
+    with pytest.raises(InvalidArgument):
+        mem.recipient_check(" ")

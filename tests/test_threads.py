@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import sqlite3
+from pathlib import Path
+
 import pytest
 
 from replica import InvalidArgument, NotFound, Replica, agent_id_for
@@ -50,9 +54,10 @@ def test_thread_conversation_poll_and_read_state(mem: Replica) -> None:
     a, b = mem.create_agent("a"), mem.create_agent("b")
     tid = mem.create_thread(a, b)
     assert mem.get_thread(tid).participants == sorted([a, b])  # type: ignore[union-attr]
-    s1 = mem.append(tid, a, "hi b")
-    s2 = mem.append(tid, b, "hi a")
-    s3 = mem.append(tid, a, "how are you")
+    s1 = mem.append(tid, a, "hi b").seq
+    s2 = mem.append(tid, b, "hi a").seq
+    s3 = mem.append(tid, a, "how are you").seq
+    assert (s1, s2, s3) == (1, 2, 3)
     assert [m.content for m in mem.poll(tid)] == ["hi b", "hi a", "how are you"]
     assert [m.seq for m in mem.poll(tid, after_seq=s1)] == [s2, s3]
     assert mem.has_unread(tid, b)
@@ -113,7 +118,7 @@ def test_threads_sync_between_replicas() -> None:
     tid = x.create_thread(a, b)
     x.append(tid, a, "hello")
     pull(y, x)
-    seq = y.append(tid, b, "hello back")
+    seq = y.append(tid, b, "hello back").seq
     y.mark_read(tid, b, seq)
     pull(x, y)
     assert [m.content for m in x.poll(tid)] == ["hello", "hello back"]
@@ -130,3 +135,98 @@ def test_list_threads_names_participants_and_counts(mem: Replica) -> None:
     assert (row.thread_id, sorted(row.participants), sorted(row.participant_ids)) == (
         tid, ["ann", "bob"], sorted([ann, bob]))
     assert row.message_count == 1 and row.latest_activity == mem.poll(tid)[0].created
+
+
+def test_first_message_of_a_new_thread_is_seq_1_after_many_ops(mem: Replica) -> None:
+    """seq numbers messages within their thread: a new thread starts at 1 whatever came before."""
+    a, b = mem.create_agent("a"), mem.create_agent("b")
+    old = mem.create_thread(a, b)
+    for i in range(5):
+        mem.append(old, a, f"old {i}")
+        mem.send_message("tau", "phi", f"inbox {i}")
+    new = mem.create_thread(a, b)
+    first = mem.append(new, b, "first")
+    assert first.seq == 1 and first.thread_id == new and mem.max_lseq() > 10
+    assert [m.seq for m in mem.poll(new)] == [1]
+    assert mem.append(old, a, "old again").seq == 6
+
+
+def test_message_synced_late_takes_the_next_number_here() -> None:
+    """A message written earlier on another node gets this replica's next thread number when it lands."""
+    x, y = Replica.open(), Replica.open()
+    a, b = x.create_agent("a"), x.create_agent("b")
+    tid = x.create_thread(a, b)
+    pull(y, x)
+    early = y.append(tid, b, "written first, offline on y")
+    x.append(tid, a, "x one")
+    x.append(tid, a, "x two")
+    assert early.seq == 1
+    pull(x, y)
+    assert [(m.seq, m.content) for m in x.poll(tid)] == [
+        (1, "x one"), (2, "x two"), (3, "written first, offline on y")]
+    assert [m.content for m in x.poll(tid, after_seq=2)] == ["written first, offline on y"]
+
+
+def test_read_state_and_bounds_use_thread_numbers(file_replica: Replica) -> None:
+    """cursor, mark_read and poll speak per-thread numbers; a seq beyond 2**53 - 1 is refused."""
+    r = file_replica
+    a, b = r.create_agent("a"), r.create_agent("b")
+    t1, t2 = r.create_thread(a, b), r.create_thread(a, b)
+    for i in range(3):
+        r.append(t1, a, f"one {i}")
+        r.append(t2, a, f"two {i}")
+    r.mark_read(t2, b, 2)
+    state = r.get_thread_read_state(t2, b)
+    assert state is not None and (state.cursor, state.unread_count) == (2, 1)
+    with pytest.raises(InvalidArgument, match="seq must be between"):
+        r.mark_read(t2, b, 2**63)
+    with pytest.raises(InvalidArgument, match="after_seq must be between"):
+        r.poll(t2, after_seq=2**53)
+
+
+def test_migration_numbers_existing_thread_messages_per_thread(tmp_path: Path) -> None:
+    """A replica written before per-thread numbers gets them on open: per thread, in arrival order."""
+    path = tmp_path / "old.db"
+    with Replica.open(path) as r:
+        a, b = r.create_agent("a"), r.create_agent("b")
+        t1, t2 = r.create_thread(a, b), r.create_thread(a, b)
+        for i in range(3):
+            r.append(t1, a, f"one {i}")
+            r.append(t2, b, f"two {i}")
+        r.mark_read(t1, b, 2)
+    _downgrade_to_v2(path)
+    with Replica.open(path) as r:
+        assert [(m.seq, m.content) for m in r.poll(t1)] == [(1, "one 0"), (2, "one 1"), (3, "one 2")]
+        assert [(m.seq, m.content) for m in r.poll(t2)] == [(1, "two 0"), (2, "two 1"), (3, "two 2")]
+        state = r.get_thread_read_state(t1, b)
+        assert state is not None and state.cursor == 2
+        assert r.append(t2, a, "after the upgrade").seq == 4
+
+
+def _downgrade_to_v2(path: Path) -> None:
+    """Turn a replica file back into schema v2 (no per-thread numbers), as an older peerd left it."""
+    conn = sqlite3.connect(path)
+    conn.executescript("DROP TABLE thread_seqs; DROP TABLE first_seen; UPDATE meta SET v = 2 WHERE k = 'schema_version';")
+    conn.close()
+
+
+def test_agent_names_match_by_case_and_unicode_form(mem: Replica) -> None:
+    """'Zoé', 'ZOÉ' and a decomposed 'zoe\\u0301' are one agent, shown as first written."""
+    zoe = mem.create_agent("Zoé")
+    assert mem.get_or_create_agent("ZOÉ") == zoe == agent_id_for("zoe\u0301")
+    with pytest.raises(ValueError, match="agent name taken"):
+        mem.create_agent("zoe\u0301")
+    found = mem.find_agent(" zoé ")
+    assert found is not None and (found.id, found.name) == (zoe, "Zoé")
+    assert mem.find_agent("zoe") is None  # accents are not folded
+
+
+def test_agent_registered_under_an_unkeyed_name_is_still_found(mem: Replica) -> None:
+    """An agent whose id came from the exact spelling (before names were keyed) is found by any spelling."""
+    legacy = "ag_" + hashlib.blake2b(b"Alice", digest_size=8, person=b"peerd-agent").hexdigest()
+    mem._set([["agent", [legacy], "name", "Alice"], ["agent", [legacy], "alive", True]])
+    found = mem.find_agent("ALICE")
+    assert found is not None and found.id == legacy
+    assert mem.get_or_create_agent("alice") == legacy
+    with pytest.raises(ValueError, match="agent name taken"):
+        mem.create_agent("Alice")

@@ -1,28 +1,31 @@
 """The ``peerd`` command line.
 
-Commands: ``init``, ``run``, ``mcp`` set up and serve a node; ``invite``,
-``join``, ``requests``, ``approve``, ``reject``, ``remove`` bring machines
-into a fleet and take them out (``pairing``); ``status``, ``peers`` ask the running daemon; ``send``, ``inbox``,
-``read``, ``log``, ``search``, ``threads``, ``profile`` work through the
-running daemon, or straight on the replica file when none runs; ``doctor``
-checks the home, config, key, ports, mDNS, seeds, peers and clocks and says
-what to fix. Every command takes ``--home DIR`` (default: ``$PEERD_HOME``,
-else the user data folder) and ``--json`` (machine-readable output; with
-``--watch`` / ``--follow``, one JSON object per line).
+Commands: ``init``, ``run``, ``stop``, ``mcp`` set up, serve and stop a node;
+``invite``, ``join``, ``requests``, ``approve``, ``reject``, ``remove`` bring
+machines into a fleet and take them out; ``status``, ``peers`` ask the running daemon; ``send``,
+``inbox``, ``read``, ``log``, ``search``, ``threads``, ``profile`` and
+``status MESSAGE_ID`` work through the running daemon, or straight on the
+replica file when none runs; ``doctor`` checks the home, config, key, ports,
+mDNS, seeds, peers and clocks and says what to fix. Every command takes
+``--home DIR`` (default: ``$PEERD_HOME``, else the user data folder) and
+``--json`` (machine-readable output; with ``--watch`` / ``--follow``, one JSON
+object per line), before or after the command name.
 
 Exit codes:
   0    success (also when ``--watch`` / ``--follow`` is stopped with Ctrl-C)
   1    the request failed: bad argument, unknown id, the daemon refused it
   2    usage error: unknown command or flag, missing or malformed argument
-  3    no daemon is running for this home (``status``, ``peers``), or it stopped answering
-  4    no peerd home there (run ``peerd init``) for a command that works on the replica
+  3    no daemon is running for this home (``status``, ``peers``, ``stop``), or it stopped answering
+  4    no usable home: none there (run ``peerd init``) for a command that works on the replica or
+       ``mcp``; or a node whose config.toml is gone (``run``, ``init``, ``invite``, ``mcp --init``)
   5    ``peerd doctor`` found at least one problem
   130  interrupted (Ctrl-C) anywhere else
 
 The package's modules: ``errors`` (exit codes), ``format`` (pure text
 formatting), ``backends`` (the daemon's local API or the replica file),
-``commands`` (one function per command), ``pairing`` (the pairing and
-membership commands, with their parser) and ``parser``.
+``setup`` (opening a home without silent mistakes), ``commands`` (one
+function per command), ``pairing`` (the pairing and membership commands,
+with their parser) and ``parser``.
 """
 
 from __future__ import annotations

@@ -25,7 +25,9 @@ from typing import Any, Protocol
 
 from peerd import home as homes
 from peerd.cli.errors import EXIT_NO_DAEMON, EXIT_NO_HOME, CliError
+from peerd.config import load_config
 from replica import Replica, open_home
+from replica.routing import DEFAULT_BROADCAST_HISTORY_MS
 
 HTTP_TIMEOUT = 30.0
 
@@ -38,6 +40,7 @@ class Backend(Protocol):
     live: bool  # a daemon answers (waits block there) rather than the replica file itself
 
     def send(self, body: dict[str, Any]) -> dict[str, Any]: ...
+    def message_status(self, message_id: str) -> list[dict[str, Any]]: ...
     def inbox(self, body: dict[str, Any]) -> dict[str, Any]: ...
     def read(self, receipts: list[str]) -> dict[str, Any]: ...
     def log(self, after: int | None, limit: int, wait: float) -> dict[str, Any]: ...
@@ -74,6 +77,9 @@ class DaemonBackend:
 
     def send(self, body: dict[str, Any]) -> dict[str, Any]:
         return dict(self.call("POST", "/api/send", body))
+
+    def message_status(self, message_id: str) -> list[dict[str, Any]]:
+        return list(self.call("GET", f"/api/messages/{urllib.parse.quote(message_id, safe='')}/status"))
 
     def inbox(self, body: dict[str, Any]) -> dict[str, Any]:
         return dict(self.call("POST", "/api/check", body, timeout=HTTP_TIMEOUT + float(body.get("wait") or 0)))
@@ -122,11 +128,16 @@ class OfflineBackend:
 
     def __init__(self, home: Path) -> None:
         self.live = False
-        self.rep: Replica = open_home(home)
+        self.rep: Replica = open_home(home, broadcast_history_ms=_history_ms(home))
 
     def send(self, body: dict[str, Any]) -> dict[str, Any]:
-        return self.rep.send_message(body["from"], body["channel"], body["content"], body.get("instanceId"),
-                                     body.get("fromInstanceId")).to_dict()
+        check = self.rep.recipient_check(body["channel"])
+        sent = self.rep.send_message(body["from"], body["channel"], body["content"], body.get("instanceId"),
+                                     body.get("fromInstanceId"))
+        return {**sent.to_dict(), **check.to_dict()}
+
+    def message_status(self, message_id: str) -> list[dict[str, Any]]:
+        return [s.to_dict() for s in self.rep.message_status(message_id)]
 
     def inbox(self, body: dict[str, Any]) -> dict[str, Any]:
         read = self.rep.inbox_all if body.get("all") else self.rep.check_messages
@@ -161,6 +172,12 @@ class OfflineBackend:
         self.rep.close()
 
 
+def _history_ms(home: Path) -> int:
+    """The home's broadcast history (config.toml), so that every process on one replica agrees."""
+    path = homes.config_path(home)
+    return load_config(path).broadcast_history_ms if path.exists() else DEFAULT_BROADCAST_HISTORY_MS
+
+
 def running_daemon(home: Path) -> dict[str, Any] | None:
     """daemon.json of this home if its process is alive (a file left by a crash does not count)."""
     info = homes.read_daemon_json(home)
@@ -169,11 +186,11 @@ def running_daemon(home: Path) -> dict[str, Any] | None:
     return info
 
 
-def daemon(home: Path) -> DaemonBackend:
-    """The running daemon of ``home``; exit code 3 if there is none."""
+def daemon(home: Path, flag: str = "") -> DaemonBackend:
+    """The running daemon of ``home``; exit code 3 if there is none (``flag``: the ``--home`` for hints)."""
     info = running_daemon(home)
     if info is None:
-        raise CliError(f"no daemon is running for {home} (start one with: peerd run)", EXIT_NO_DAEMON)
+        raise CliError(f"no daemon is running for {home} (start one with: peerd run{flag})", EXIT_NO_DAEMON)
     return DaemonBackend(str(info["local_url"]))
 
 
@@ -182,14 +199,16 @@ def _initialised(home: Path) -> bool:
 
 
 @contextlib.contextmanager
-def backend(home: Path) -> Iterator[Backend]:
-    """The daemon if one runs for this home, else the replica file (which must exist)."""
+def backend(home: Path, flag: str = "") -> Iterator[Backend]:
+    """The daemon if one runs for this home, else the replica file (which must exist);
+    ``flag`` is the ``--home`` hints repeat."""
     info = running_daemon(home)
     if info is not None:
         yield DaemonBackend(str(info["local_url"]))
         return
     if not _initialised(home):
-        raise CliError(f"no peerd home at {home} (create one with: peerd init --home {home})", EXIT_NO_HOME)
+        raise CliError(f"no peerd home at {home} (create one with: peerd init{flag}, or give the home of "
+                       "your node with --home)", EXIT_NO_HOME)
     off = OfflineBackend(home)
     try:
         yield off

@@ -25,9 +25,11 @@ from typing import Any
 from peerd import home as homes
 from peerd.cli import format as fmt
 from peerd.cli.backends import Backend, backend, daemon
-from peerd.cli.errors import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, CliError
-from peerd.config import decode_fleet_key, init_home, load_config, with_overrides
-from replica import open_home
+from peerd.cli.errors import EXIT_NO_DAEMON, EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, CliError
+from peerd.cli.setup import home_flag, open_fleet
+from peerd.config import decode_fleet_key, with_overrides
+from peerd.netaddr import advertised_host
+from replica import open_home, receipt_state
 
 FOLLOW_WAIT = 25.0  # seconds one long-poll of --follow waits for news
 OFFLINE_POLL = 0.5  # seconds between looks at the replica when following with no daemon
@@ -35,6 +37,11 @@ OFFLINE_POLL = 0.5  # seconds between looks at the replica when following with n
 
 def _home(args: argparse.Namespace) -> Path:
     return homes.resolve_home(args.home)
+
+
+def _flag(args: argparse.Namespace) -> str:
+    """The ``--home`` a hint repeats (only if the user gave one)."""
+    return home_flag(args.home)
 
 
 def _emit(args: argparse.Namespace, data: Any, text: Callable[[Any], str]) -> None:
@@ -62,7 +69,8 @@ def parse_settings(items: Sequence[str]) -> dict[str, str]:
 
 def cmd_init(args: argparse.Namespace) -> int:
     key = decode_fleet_key(args.fleet_key) if args.fleet_key else None
-    cfg = init_home(_home(args), name=args.name, fleet_key=key)
+    cfg, _ = open_fleet(_home(args), flag=_flag(args), create=True, new_fleet=args.new_fleet, name=args.name,
+                        fleet_key=key)
     with open_home(_home(args)) as rep:
         node = rep.node_id
     data = {"home": str(_home(args)), "node_id": node, "name": cfg.name, "fleet_id": cfg.fleet_id}
@@ -77,29 +85,27 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     home = _home(args)
-    cfg = with_overrides(init_home(home), port=args.port, local_port=args.local_port,
-                         seeds=args.seed or (), mdns=False if args.no_mdns else None)
-    asyncio.run(run(home, cfg, bind=args.bind, advertise=args.advertise or _advertise(args.bind)))
+    cfg, created = open_fleet(home, flag=_flag(args), create=True, new_fleet=args.new_fleet)
+    cfg = with_overrides(cfg, port=args.port, local_port=args.local_port, seeds=args.seed or (),
+                         mdns=False if args.no_mdns else None)
+
+    def orient(info: dict[str, Any]) -> None:  # after the ready line, on stderr: stdout stays machine-readable
+        print(fmt.format_orientation(info, flag=_flag(args), new_fleet=created), file=sys.stderr, flush=True)
+
+    asyncio.run(run(home, cfg, bind=args.bind, advertise=args.advertise or advertised_host(args.bind),
+                    on_ready=orient))
     return 0
 
 
-def _advertise(bind: str) -> str:
-    return "127.0.0.1" if bind in ("0.0.0.0", "::", "") else bind
+def cmd_stop(args: argparse.Namespace) -> int:
+    from peerd.daemon import stop_daemon  # noqa: PLC0415 - only this command needs it
 
-
-def cmd_mcp(args: argparse.Namespace) -> int:
-    import asyncio  # noqa: PLC0415 - keeps quick commands quick to start
-
-    try:
-        from mcp_server.stdio import run_stdio  # noqa: PLC0415 - heavy import, only for this command
-    except ImportError as exc:
-        raise CliError(f"the MCP server is not available: {exc}") from None
-    cfg_file = homes.config_path(_home(args))
-    fleet = load_config(cfg_file).fleet_id if cfg_file.exists() else None
-    from peerd.feedlink import DaemonLink  # noqa: PLC0415
-
-    asyncio.run(run_stdio(_home(args), role=args.role, instance=args.instance, fleet_id=fleet,
-                          source=DaemonLink(_home(args))))
+    home = _home(args)
+    pid = stop_daemon(home, args.timeout)
+    if pid is None:
+        raise CliError(f"no daemon is running for {home}", EXIT_NO_DAEMON)
+    _emit(args, {"stopped": True, "pid": pid, "home": str(home)},
+          lambda d: f"stopped the daemon of {d['home']} (pid {d['pid']})")
     return 0
 
 
@@ -120,7 +126,9 @@ def _clear_screen() -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    api = daemon(_home(args))
+    if args.message_id is not None:
+        return _message_status(args)
+    api = daemon(_home(args), _flag(args))
     if not args.watch:
         _emit(args, api.call("GET", "/api/status"), fmt.format_status)
         return 0
@@ -143,8 +151,19 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
 
 
+def _message_status(args: argparse.Namespace) -> int:
+    """``status MESSAGE_ID``: per recipient, delivered and read (through the daemon or the replica)."""
+    if args.watch:
+        raise CliError("--watch shows the node's status; leave it out with a MESSAGE_ID", EXIT_USAGE)
+    with backend(_home(args), _flag(args)) as b:
+        rows = b.message_status(args.message_id)
+    recipients = [{**r, "state": receipt_state(r.get("delivered_at"), r.get("read_at"))} for r in rows]
+    _emit(args, {"message_id": args.message_id.strip(), "recipients": recipients}, fmt.format_message_status)
+    return 0
+
+
 def cmd_peers(args: argparse.Namespace) -> int:
-    _emit(args, daemon(_home(args)).call("GET", "/api/peers"), fmt.format_peers)
+    _emit(args, daemon(_home(args), _flag(args)).call("GET", "/api/peers"), fmt.format_peers)
     return 0
 
 
@@ -155,8 +174,11 @@ def cmd_send(args: argparse.Namespace) -> int:
     text = sys.stdin.read() if args.text == ["-"] else " ".join(args.text)
     body = {"from": args.sender, "channel": args.to, "content": text,
             "instanceId": args.instance, "fromInstanceId": args.from_instance}
-    with backend(_home(args)) as b:
+    with backend(_home(args), _flag(args)) as b:
         sent = b.send(body)
+    if sent.get("unknown_recipients"):  # stderr: --json output stays one object
+        print(fmt.unknown_recipients_warning(sent["unknown_recipients"], sent.get("known_roles") or []),
+              file=sys.stderr, flush=True)
     _emit(args, sent, lambda d: f"sent {d['id']} to {', '.join(d['recipients'])}")
     return 0
 
@@ -164,7 +186,7 @@ def cmd_send(args: argparse.Namespace) -> int:
 def cmd_inbox(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"recipient": args.role, "recipientInstanceId": args.instance, "limit": args.limit,
                             "wait": args.wait, "all": args.all}
-    with backend(_home(args)) as b:
+    with backend(_home(args), _flag(args)) as b:
         if not b.live:
             body.pop("wait")
         inbox = b.inbox(body)
@@ -194,14 +216,14 @@ def _follow_inbox(args: argparse.Namespace, b: Backend, body: dict[str, Any],
 
 
 def cmd_read(args: argparse.Namespace) -> int:
-    with backend(_home(args)) as b:
+    with backend(_home(args), _flag(args)) as b:
         result = b.read(args.receipts)
     _emit(args, result, lambda d: f"marked {d['marked']} read")
     return 0
 
 
 def cmd_log(args: argparse.Namespace) -> int:
-    with backend(_home(args)) as b:
+    with backend(_home(args), _flag(args)) as b:
         out = b.log(None, args.limit, 0)
         if not args.follow:
             _emit(args, out, fmt.format_log)
@@ -218,14 +240,14 @@ def cmd_log(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    with backend(_home(args)) as b:
+    with backend(_home(args), _flag(args)) as b:
         out = b.search(" ".join(args.query), args.sender, args.channel, args.since, args.limit)
     _emit(args, out, fmt.format_search)
     return 0
 
 
 def cmd_threads(args: argparse.Namespace) -> int:
-    with backend(_home(args)) as b:
+    with backend(_home(args), _flag(args)) as b:
         rows = b.threads()
     _emit(args, rows, fmt.format_threads)
     return 0
@@ -235,7 +257,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     fields = parse_settings(args.set or [])
     if args.set is not None and args.id is None:
         raise CliError("--set needs the profile's ID: peerd profile ID --set name=...", EXIT_USAGE)
-    with backend(_home(args)) as b:
+    with backend(_home(args), _flag(args)) as b:
         if args.id is None:
             _emit(args, b.profiles(), fmt.format_profiles)
             return 0
@@ -244,6 +266,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             return 0
         found = b.profile(args.id)
     if found is None:
-        raise CliError(f"no profile for {args.id!r} (set one with: peerd profile {args.id} --set name=...)")
+        raise CliError(f"no profile for {args.id!r} (set one with: "
+                       f"peerd profile {args.id}{_flag(args)} --set name=...)")
     _emit(args, found, fmt.format_profile)
     return 0

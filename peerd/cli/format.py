@@ -16,6 +16,11 @@ from replica.models import receipt_state
 BAR_WIDTH = 30
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 message``, ``0 messages``, ``1,234 ops``."""
+    return f"{n:,} {word if n == 1 else many or word + 's'}"
+
+
 def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
     cells = [list(map(str, header))] + [["-" if c is None else str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
@@ -83,8 +88,8 @@ def format_status(d: dict[str, Any]) -> str:
         f"fleet   {d['fleet_id']}",
         f"peer    {d['peer_url']}",
         f"local   {d['local_url']}  (dashboard {d['local_url']}/dashboard, MCP {d['mcp_url']})",
-        f"totals  {t['messages']:,} messages, {t['receipts']:,} receipts, {t['ops']:,} ops from "
-        f"{t['origins']} nodes",
+        f"totals  {plural(t['messages'], 'message')}, {plural(t['receipts'], 'receipt')}, "
+        f"{plural(t['ops'], 'op')} from {plural(t['origins'], 'node')}",
         f"peers   {d['live_peers']} of {len(d['peers'])} live; peers lack {d['lag']:,} of our ops",
     ]
     conf = d.get("settings")
@@ -172,3 +177,46 @@ def format_profiles(rows: list[dict[str, Any]]) -> str:
 def format_profile(p: dict[str, Any]) -> str:
     rows = [("id", p["orchestrator_id"])] + [(k, p[k]) for k in ("name", "static", "dynamic", "updated")]
     return "\n".join(f"{k:<8} {'-' if v is None else v}" for k, v in rows)
+
+
+def format_message_status(d: dict[str, Any]) -> str:
+    """Who a message reached: one row per recipient (role, instance) with its state."""
+    rows = d["recipients"]
+    if not rows:
+        return (f"message {d['message_id']}: no recipients known yet "
+                "(a broadcast reaches each role with a profile as it appears)")
+    read = sum(1 for r in rows if r["state"] == "read")
+    delivered = sum(1 for r in rows if r["state"] == "delivered")
+    head = (f"message {d['message_id']}: {read} of {plural(len(rows), 'recipient')} read, {delivered} delivered"
+            f" and not read, {len(rows) - read - delivered} pending")
+    return head + "\n" + table([(r["role"], r["instance"], r["state"], r["delivered_at"], r["read_at"]) for r in rows],
+                               ["ROLE", "INSTANCE", "STATE", "DELIVERED", "READ"])
+
+
+def format_orientation(info: dict[str, Any], *, flag: str, new_fleet: bool) -> str:
+    """What ``peerd run`` says once ready: where things are, how to stop it, how to invite."""
+    lines = [
+        "peerd is running",
+        f"  home       {info['home']}",
+        f"  node       {info['name']}  ({str(info['node_id'])[:16]})",
+        f"  fleet      {info['fleet_id']}" + ("  (a new fleet, made just now)" if new_fleet else ""),
+        f"  peer       {str(info['peer_url']).removeprefix('http://')}  (other machines reach this node here)",
+        f"  dashboard  {info['local_url']}/dashboard",
+        f"  MCP        {info['mcp_url']}",
+        f"  stop       Ctrl-C here, or from another terminal: peerd stop{flag}",
+    ]
+    if new_fleet:
+        lines.append(f"  invite     to add a machine on this LAN, run there: peerd join --lan  then here: "
+                     f"peerd approve CODE{flag}  (or here: peerd invite{flag}  then there: peerd join TOKEN)")
+    return "\n".join(lines)
+
+
+def unknown_recipients_warning(unknown: Sequence[str], known: Sequence[str]) -> str:
+    """The warning ``send`` prints (the message is stored all the same)."""
+    who = ", ".join(repr(r) for r in unknown)
+    subject = f"role {who} has" if len(unknown) == 1 else f"roles {who} have"
+    text = (f"warning: {subject} not been seen in this fleet yet (no profile, never sent a message, never "
+            "checked an inbox); the message is stored and waits until one appears")
+    if known:
+        text += f"\n  known roles: {', '.join(known)}"
+    return text

@@ -27,9 +27,11 @@ from peerd import home as homes
 from peerd.cli.backends import daemon, running_daemon
 from peerd.cli.errors import EXIT_USAGE, CliError
 from peerd.cli.format import table
-from peerd.config import default_name, fleet_id, init_home, load_config, normalize_seed
+from peerd.cli.setup import home_flag, open_fleet
+from peerd.config import default_name, fleet_id, load_config, normalize_seed
 from peerd.errors import ConfigError
 from peerd.invite import DEFAULT_TTL, MAX_TTL, Invite, issue, parse_invite
+from peerd.netaddr import lan_address
 from peerd.pairing import codes
 from peerd.pairing.crypto import PairingError
 from peerd.pairing.grant import Grant
@@ -58,36 +60,21 @@ def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
     print(json.dumps(data, indent=2, default=str) if args.json else text, flush=True)
 
 
-def _home_flag(args: argparse.Namespace) -> str:
-    return f" --home {args.home}" if args.home else ""
-
-
 # -- invite ---------------------------------------------------------------------------------------
-
-
-def _lan_address() -> str:
-    import socket  # noqa: PLC0415 - only this command needs it
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect(("192.0.2.1", 9))  # TEST-NET address: no packet is sent by connect()
-            return str(s.getsockname()[0])
-        except OSError:
-            return "127.0.0.1"
 
 
 def cmd_invite(args: argparse.Namespace) -> int:
     home = homes.resolve_home(args.home)
     if args.code:
         return _invite_code(args, home)
-    cfg = init_home(home)
+    cfg, _new = open_fleet(home, flag=home_flag(args.home), create=True)
     running = running_daemon(home) or {}
     port = int(running.get("peer_port", cfg.port))
     fleet = str(running.get("fleet_id", cfg.fleet_id))
-    host = args.host.removeprefix("[").removesuffix("]") if args.host else _lan_address()  # [v6] or v6
+    host = args.host.removeprefix("[").removesuffix("]") if args.host else lan_address()  # [v6] or v6
     token, inv = issue(home, [format_seed(host, port)], fleet, args.expires)
     until = time.strftime("%Y-%m-%d %H:%M", time.localtime(inv.expires))
-    note = "" if running else f"\n(start this machine's daemon before then: peerd run{_home_flag(args)})"
+    note = "" if running else f"\n(start this machine's daemon before then: peerd run{home_flag(args.home)})"
     _emit(args, {"invite": token, "seeds": list(inv.seeds), "fleet_id": fleet, "expires": inv.expires},
           f"{token}\n\nOn the other machine run:\n  peerd join {token}\n\nIt works once, until {until}, while "
           f"this machine's daemon runs; it holds no key.{note}")
@@ -120,7 +107,7 @@ def _prepare(home: Path, name: str | None) -> tuple[Joiner, HomeState, identity.
     else:
         fresh = identity.generate()
         ident_key, signing, others, rotations = fresh.public_key, fresh.signing_key, 0, 0
-    me = Joiner(ident_key, signing, name or (cfg.name if cfg else default_name()))
+    me = Joiner(ident_key, signing, name or (cfg.name if cfg else default_name(ident_key.hex())))
     return me, HomeState(cfg, others, rotations), fresh
 
 
@@ -150,13 +137,13 @@ def cmd_join(args: argparse.Namespace) -> int:
         may_enter(state, inv.fleet_id, force=args.force)
     grant, addr = asyncio.run(_join(args, me, state, inv=inv, code=code, seeds=seeds))
     if fresh is not None:
-        open_home(home, fresh).close()
+        open_home(home, new_identity=fresh).close()
     cfg = enter_fleet(home, grant, state, name=args.name, force=args.force, extra_seeds=(addr,))
     switched = _tell_daemon(home)
     data = {"fleet_id": cfg.fleet_id, "member": grant.member_name, "address": addr, "seeds": list(cfg.seeds),
             "node_id": me.key.hex(), "daemon": switched}
     after = ("the running daemon switched to it" if switched is not None
-             else f"start with: peerd run{_home_flag(args)}")
+             else f"start with: peerd run{home_flag(args.home)}")
     _emit(args, data, f"joined fleet {cfg.fleet_id} (let in by {grant.member_name} at {addr}); "
                       f"seeds: {', '.join(cfg.seeds)}\n{after}")
     return 0

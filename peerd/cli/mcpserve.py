@@ -1,0 +1,178 @@
+"""``peerd mcp``: the MCP tools over stdio or streamable HTTP, on a home's replica, a
+replica file or a replica in memory. It accepts AgentMsgs' command line
+(``agentmsgs-mcp --transport stdio|http --db-path FILE | --in-memory``).
+
+Invariants:
+* One replica per process: the home's (default), the file given by
+  ``--db-path`` (created if missing, its node key beside it; a home's
+  ``replica.db`` is that home's node), or a process-local one in memory
+  (``--in-memory``: shared with no other process, gone on exit).
+* Flags that contradict each other are usage errors (exit 2), found before
+  anything is opened (``plan``, a pure function of the arguments).
+* A home is served only if it is one (``config.toml``): a missing or wrong
+  home is exit 4, never a new empty replica in no fleet, unless ``--init``
+  asks for a new home (``peerd.cli.setup.open_fleet``).
+* HTTP listens on 127.0.0.1 only, through peerd's one local server and its
+  Host/Origin guard; sessions bind a role per request (header or query).
+* What waits (``wait`` on check_messages and poll) learns of other processes'
+  writes through one change-feed source: the home's daemon stream when one
+  runs (``DaemonLink``), else a watch on the file; none in memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from peerd import home as homes
+from peerd.cli.errors import EXIT_USAGE, CliError
+from peerd.cli.setup import home_flag, open_fleet
+from peerd.config import Config, load_config
+from replica import REPLICA_FILE, Replica, open_file, open_home
+from replica.feed import FileWatch, Source
+from replica.routing import DEFAULT_BROADCAST_HISTORY_MS
+
+Transport = Literal["stdio", "http"]
+LOOPBACK_NAMES = ("127.0.0.1", "localhost")
+DEFAULT_HTTP_PORT = 8000
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What ``peerd mcp`` will serve: a transport, and a home, a file or memory."""
+
+    transport: Transport
+    home: Path | None = None  # serve this home's replica
+    db_path: Path | None = None  # serve this replica file
+    port: int = DEFAULT_HTTP_PORT
+    host: str = "127.0.0.1"
+    role: str | None = None
+    instance: str | None = None
+
+
+def _usage(message: str) -> CliError:
+    return CliError(message, EXIT_USAGE)
+
+
+def plan(args: argparse.Namespace, resolve_home: Path) -> Plan:
+    """Check the flags together; ``resolve_home`` is the home the flags would default to."""
+    if args.home and (args.db_path or args.in_memory):
+        raise _usage("give --home, --db-path or --in-memory, not more than one")
+    if args.init and (args.db_path or args.in_memory):
+        raise _usage("--init makes a home; a --db-path file or --in-memory replica is created anyway")
+    if args.transport == "stdio" and (args.host is not None or args.port is not None):
+        raise _usage("--host and --port apply to --transport http")
+    if args.transport == "http":
+        if args.host is not None and args.host.strip().lower() not in LOOPBACK_NAMES:
+            raise _usage(f"--host must be 127.0.0.1 or localhost (the MCP endpoint is local only), not {args.host!r}")
+        if args.role is not None or args.instance is not None:
+            raise _usage("over HTTP each session binds its role itself (X-Peerd-Role header or /mcp?role=); "
+                         "--role and --instance apply to --transport stdio")
+    port = DEFAULT_HTTP_PORT if args.port is None else args.port
+    if not 0 <= port <= 65535:
+        raise _usage(f"--port must be between 0 and 65535, got {port}")
+    db = Path(args.db_path).expanduser().absolute() if args.db_path else None
+    home = None if args.in_memory or db is not None else resolve_home
+    host = args.host.strip().lower() if args.host else "127.0.0.1"
+    return Plan(args.transport, home, db, port, host, args.role, args.instance)
+
+
+def home_of(p: Plan) -> Path | None:
+    """The peerd home whose node this plan serves: the home, or the folder of a home's replica.db."""
+    if p.home is not None:
+        return p.home
+    if p.db_path is not None and p.db_path.name == REPLICA_FILE:
+        return p.db_path.parent
+    return None
+
+
+def open_replica(p: Plan, history_ms: int = DEFAULT_BROADCAST_HISTORY_MS) -> tuple[Replica, Source | None]:
+    """The replica to serve and how its change feed hears of other processes' writes."""
+    from peerd.feedlink import DaemonLink  # noqa: PLC0415 - only this command needs it
+
+    home = home_of(p)
+    if p.home is not None:
+        replica = open_home(p.home, broadcast_history_ms=history_ms)
+    elif p.db_path is not None:
+        replica = open_file(p.db_path, broadcast_history_ms=history_ms)
+    else:
+        return Replica.open(":memory:"), None
+    return replica, DaemonLink(home) if home is not None else FileWatch(replica.path)
+
+
+def config_of(p: Plan, args: argparse.Namespace) -> Config | None:
+    """The config of the home served: a home must be one (or ``--init`` makes it); a replica
+    file takes its home's config if it is a home's ``replica.db``."""
+    if p.home is not None:
+        return open_fleet(p.home, flag=home_flag(args.home), create=args.init)[0]
+    home = home_of(p)
+    cfg = homes.config_path(home) if home is not None else None
+    return load_config(cfg) if cfg is not None and cfg.exists() else None
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    import asyncio  # noqa: PLC0415 - keeps quick commands quick to start
+
+    p = plan(args, homes.resolve_home(args.home))
+    cfg = config_of(p, args)
+    fleet = None if cfg is None else cfg.fleet_id
+    replica, source = open_replica(p, DEFAULT_BROADCAST_HISTORY_MS if cfg is None else cfg.broadcast_history_ms)
+    try:
+        if p.transport == "stdio":
+            from mcp_server.stdio import serve_stdio  # noqa: PLC0415 - heavy import, only for this command
+
+            asyncio.run(serve_stdio(replica, source, p.role, p.instance, fleet_id=fleet))
+        else:
+            asyncio.run(serve_http(replica, source, p.port, fleet, host=p.host, json_out=args.json))
+    finally:
+        replica.close()
+    return 0
+
+
+async def serve_http(replica: Replica, source: Source | None, port: int, fleet_id: str | None, *,
+                     host: str = "127.0.0.1", json_out: bool = False) -> None:
+    """Serve MCP streamable HTTP at ``http://127.0.0.1:<port>/mcp`` until SIGINT or SIGTERM."""
+    import asyncio  # noqa: PLC0415 - keeps quick commands quick to start
+    import signal  # noqa: PLC0415
+
+    from mcp_server.waiter import FeedWaiter  # noqa: PLC0415
+    from peerd.errors import DaemonError  # noqa: PLC0415
+    from peerd.local import LocalServer, build_app, mcp_builder  # noqa: PLC0415
+    from replica.feed import ChangeFeed  # noqa: PLC0415
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    feed = await asyncio.to_thread(ChangeFeed, replica, source)
+    waiter = FeedWaiter(feed)
+    try:
+        for sig in signals:
+            loop.add_signal_handler(sig, stop.set)
+        app = build_app([], mcp_builder(replica, waiter, fleet_id=lambda: fleet_id))
+        try:
+            server = LocalServer(app, port)
+            await server.start()
+        except DaemonError:
+            raise CliError(f"cannot serve MCP on 127.0.0.1:{port}: the port is taken or not allowed; "
+                           "pick another with --port (0 picks a free one)") from None
+        try:
+            announce(f"http://{host}:{server.port}/mcp", replica.node_id, json_out=json_out)
+            await stop.wait()
+        finally:
+            waiter.close()  # calls waiting for messages return now, so the server stops at once
+            await server.stop()
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        waiter.close()
+        await asyncio.to_thread(feed.close)
+
+
+def announce(url: str, node_id: str, *, json_out: bool) -> None:
+    """Say where the endpoint listens (one line on stdout: text, or JSON with --json)."""
+    line = json.dumps({"mcp_url": url, "node_id": node_id}) if json_out else f"peerd mcp: serving MCP at {url}"
+    print(line, file=sys.stdout, flush=True)

@@ -1,0 +1,67 @@
+"""Opening a home for the commands that set up or serve a node, so that no mistake passes silently.
+
+Invariants:
+* A home with a node in it (``replica.db`` or ``node.key``) but no ``config.toml``
+  has lost its fleet key: it never gets a new random fleet without ``--new-fleet``;
+  the error says how to recover (join with an invite, ``init --fleet-key``).
+* A command that may create a home creates the node (key and replica, together)
+  before the config, so the default node name can carry the node id.
+* Every hint printed names ``--home`` when the user gave one (``home_flag``).
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from peerd import home as homes
+from peerd.cli.errors import EXIT_FAIL, EXIT_NO_HOME, CliError
+from peerd.config import Config, init_home, load_config
+from replica import open_home
+
+
+def home_flag(home_arg: str | None) -> str:
+    """`` --home DIR`` as the user should type it again, or ``""`` if they gave none."""
+    return f" --home {shlex.quote(home_arg)}" if home_arg else ""
+
+
+def has_node(home: Path) -> bool:
+    return homes.replica_path(home).exists() or homes.node_key_path(home).exists()
+
+
+def lost_fleet_message(home: Path, flag: str) -> str:
+    return (
+        f"{home} holds a node (its replica and node key) but no config.toml: the fleet key is lost, and "
+        "peerd will not make up a new fleet for this node. To recover, either:\n"
+        f"  - join your fleet again: run `peerd invite` on a machine of the fleet, then here: "
+        f"peerd join TOKEN{flag}\n"
+        f"  - or give the fleet key back (fleet_key in config.toml on any machine of the fleet): "
+        f"peerd init{flag} --fleet-key peerd-fleet-...\n"
+        f"  - or start a new fleet with this node: peerd run{flag} --new-fleet"
+    )
+
+
+def no_home_message(home: Path, flag: str) -> str:
+    return (
+        f"no peerd home at {home} (no config.toml there). If a daemon runs on this machine, give its home "
+        "with --home or PEERD_HOME (an MCP client may not pass PEERD_HOME on: put --home in the server's "
+        f"arguments). To make a new home here: peerd init{flag}, or pass --init"
+    )
+
+
+def open_fleet(home: Path, *, flag: str, create: bool, new_fleet: bool = False, name: str | None = None,
+               fleet_key: bytes | None = None) -> tuple[Config, bool]:
+    """The home's config, and whether this call made a new one; refuses what would fail silently."""
+    if homes.config_path(home).exists():
+        if new_fleet:
+            current = load_config(homes.config_path(home))
+            raise CliError(f"--new-fleet: {home} already belongs to fleet {current.fleet_id}; it is kept "
+                           "(use another --home for a new fleet)", EXIT_FAIL)
+        return init_home(home, name=name, fleet_key=fleet_key), False
+    if not create:
+        raise CliError(no_home_message(home, flag), EXIT_NO_HOME)
+    if has_node(home) and fleet_key is None and not new_fleet:
+        raise CliError(lost_fleet_message(home, flag), EXIT_NO_HOME)
+    homes.ensure_home(home)
+    open_home(home).close()  # key and replica together (a key alone would be retired later)
+    return init_home(home, name=name, fleet_key=fleet_key), True

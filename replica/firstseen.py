@@ -1,0 +1,83 @@
+"""When each role was first seen in the fleet: a replicated min-register per role.
+
+Invariants:
+* A role's first-seen time (wall ms) is the minimum over every op that shows
+  the role: each message it sent (its op's wall time) and each ``seen`` write
+  naming it. A node writes ``["seen", [role], "at", now]`` the first time the
+  role checks its inbox or sets its profile there while the node has no time
+  for it yet, so a role is written about at most once per node.
+* The minimum is commutative, associative and idempotent: replicas holding the
+  same ops agree on every role's time whatever order the ops came in
+  (``merge`` is the rule, ``record`` the same rule in SQL, and
+  ``tests/test_crdt_properties.py`` checks that they agree).
+* The times only ever move earlier, so a role never loses a broadcast it could
+  already see (``routing.in_broadcast_history``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+
+from replica.hlc import wall_of
+from replica.ops import KIND_MSG, Op
+
+TABLE = "seen"  # the op table of the register writes (``ops.LWW_SCHEMA``)
+FIELD = "at"
+HINT_ROLES = 50  # known roles named in a hint, at most
+
+_RECORD = (
+    "INSERT INTO first_seen(role, at) VALUES (?, ?) "
+    "ON CONFLICT(role) DO UPDATE SET at = excluded.at WHERE excluded.at < first_seen.at"
+)
+
+
+def merge(state: Mapping[str, int], sightings: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """The register after ``sightings`` (role, wall ms): the earliest time per role."""
+    out = dict(state)
+    for role, at in sightings:
+        out[role] = min(at, out.get(role, at))
+    return out
+
+
+def sightings(op: Op) -> list[tuple[str, int]]:
+    """The (role, wall ms) an op shows: a role's message (not a thread message, whose sender is
+    an agent) at its op's time, and each ``seen`` write."""
+    if op.kind == KIND_MSG:
+        return [(op.body["f"], wall_of(op.hlc))] if op.body["t"] is None else []
+    return [(w[1][0], w[3]) for w in op.body["w"] if w[0] == TABLE]
+
+
+def write(role: str, at_ms: int) -> list[object]:
+    """The register write a node makes when it first sees ``role`` at ``at_ms``."""
+    return [TABLE, [role], FIELD, at_ms]
+
+
+def record(cur: sqlite3.Cursor, role: str, at_ms: int) -> None:
+    """Project one sighting (``merge`` in SQL)."""
+    cur.execute(_RECORD, (role, at_ms))
+
+
+def lookup(cur: sqlite3.Cursor, role: str) -> int | None:
+    row = cur.execute("SELECT at FROM first_seen WHERE role = ?", (role,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def is_known(cur: sqlite3.Cursor, role: str) -> bool:
+    """Whether this replica has seen ``role``: a first-seen time, or a profile."""
+    row = cur.execute("SELECT EXISTS (SELECT 1 FROM first_seen WHERE role = ?1)"
+                      " OR EXISTS (SELECT 1 FROM profiles WHERE id = ?1)", (role,)).fetchone()
+    return bool(row[0])
+
+
+def hint(unknown: Sequence[str], known: Sequence[str], cap: int = HINT_ROLES) -> list[str]:
+    """At most ``cap`` known roles to name next to unknown ones: the closest spellings first."""
+    close = [k for u in unknown for k in difflib.get_close_matches(u, known, n=3, cutoff=0.6)]
+    return list(dict.fromkeys([*close, *known]))[:cap]
+
+
+def known_roles(cur: sqlite3.Cursor) -> list[str]:
+    """Every role this replica has seen (first-seen times and profiles), sorted."""
+    rows = cur.execute("SELECT role FROM first_seen UNION SELECT id FROM profiles ORDER BY 1")
+    return [str(r[0]) for r in rows]
