@@ -123,7 +123,8 @@ def test_v3_replica_learns_first_seen_times_from_its_messages(tmp_path: Path) ->
         r.send_message("ops", "lead", "ok")
         expected = r.state_digest()
     con = sqlite3.connect(db)  # what a v3 file holds: no first_seen table
-    con.executescript("DROP TABLE first_seen; UPDATE meta SET v = 3 WHERE k = 'schema_version';")
+    con.executescript("DROP TABLE first_seen; DROP TABLE fleet_admits; DROP TABLE fleet_rekeys; DROP TABLE fleet_removed;"
+                      " UPDATE meta SET v = 3 WHERE k = 'schema_version';")
     con.close()
     with Replica.open(db, wall=lambda: clock[0] + 60 * 86_400_000) as r:
         assert r.state_digest() == expected

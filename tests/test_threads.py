@@ -206,7 +206,8 @@ def test_migration_numbers_existing_thread_messages_per_thread(tmp_path: Path) -
 def _downgrade_to_v2(path: Path) -> None:
     """Turn a replica file back into schema v2 (no per-thread numbers), as an older peerd left it."""
     conn = sqlite3.connect(path)
-    conn.executescript("DROP TABLE thread_seqs; DROP TABLE first_seen; UPDATE meta SET v = 2 WHERE k = 'schema_version';")
+    conn.executescript("DROP TABLE thread_seqs; DROP TABLE first_seen; DROP TABLE fleet_admits; DROP TABLE fleet_rekeys;"
+                       " DROP TABLE fleet_removed; UPDATE meta SET v = 2 WHERE k = 'schema_version';")
     conn.close()
 
 
