@@ -3,6 +3,8 @@
 Invariants:
 - Browses ``_peerd._tcp.local.`` without advertising anything, and returns
   every advert that decodes and resolves to an IPv4 address, whatever its fleet.
+- Asks for multicast answers only (QM): a daemon on this machine shares UDP
+  5353 with the scan, and a unicast answer would reach only one of the two.
 - Ends after ``window`` seconds, or earlier: ``settle`` seconds after the last
   new advert once ``enough`` of them are in. Always closes its sockets.
 - Never raises for network conditions: no usable mDNS means an empty result.
@@ -15,8 +17,8 @@ import contextlib
 import logging
 from ipaddress import ip_address
 
+from zeroconf import DNSQuestionType, IPVersion, ServiceStateChange, Zeroconf
 from zeroconf import InterfaceChoice as ZcInterfaceChoice
-from zeroconf import IPVersion, ServiceStateChange, Zeroconf
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
 from discovery.advert import SERVICE_TYPE, decode_txt, pick_host
@@ -42,7 +44,7 @@ async def scan(*, window: float, settle: float = 0.5, enough: int = 1, resolve_t
 
     async def resolve(name: str) -> None:
         info = AsyncServiceInfo(SERVICE_TYPE, name)
-        if not await info.async_request(zc.zeroconf, int(resolve_timeout * 1000)):
+        if not await info.async_request(zc.zeroconf, int(resolve_timeout * 1000), question_type=DNSQuestionType.QM):
             return
         try:
             advert = decode_txt(info.properties)
@@ -61,7 +63,7 @@ async def scan(*, window: float, settle: float = 0.5, enough: int = 1, resolve_t
             tasks.add(task)
             task.add_done_callback(tasks.discard)
 
-    browser = AsyncServiceBrowser(zc.zeroconf, SERVICE_TYPE, handlers=[on_change])
+    browser = AsyncServiceBrowser(zc.zeroconf, SERVICE_TYPE, handlers=[on_change], question_type=DNSQuestionType.QM)
     try:
         await _collect(news, seen, window, settle, enough)
     finally:

@@ -48,9 +48,9 @@ EXIT_POLL = 0.05  # s between looks at a pid, only where the OS cannot tell us o
 
 
 def _mcp_app(node: Node) -> McpBuilder:
-    """What builds the MCP app at /mcp, on the first request to it (never at start)."""
-    fleet = node.cfg.fleet_id
-    return mcp_builder(node.rep, node.waiter, fleet_id=lambda: fleet)
+    """What builds the MCP app at /mcp, on the first request to it (never at start); the fleet id
+    is read on each use, since a key rotation changes it."""
+    return mcp_builder(node.rep, node.waiter, fleet_id=lambda: node.keys.fleet_id)
 
 
 class Daemon:

@@ -164,7 +164,8 @@ def test_remove_refuses_itself_unknown_nodes_and_twice() -> None:
 
 
 def test_admit_names_the_node_last_writer_wins() -> None:
-    """Two admits of one node: every replica keeps the later name, whatever the order."""
+    """Two admits of one node: every replica keeps the same one (the later by clock, then origin),
+    whatever the order they arrive in."""
     a, b, c = Replica.open(), Replica.open(), Replica.open()
     node = os.urandom(32)
     a.admit_node(node, "first", "0" * 16)
@@ -172,7 +173,11 @@ def test_admit_names_the_node_last_writer_wins() -> None:
     fill(a, c)
     fill(b, c)
     fill(b, a)
-    assert a.fleet_view().admitted[node].name == c.fleet_view().admitted[node].name == "second"
+    fill(a, b)
+    stamps = {r.node_key: r.ops_after(0)[-1] for r in (a, b)}
+    later = max((opsmod.decode(raw).hlc, origin) for origin, (_l, raw) in stamps.items())[1]
+    expected = "first" if later == a.node_key else "second"
+    assert {r.fleet_view().admitted[node].name for r in (a, b, c)} == {expected}
 
 
 @pytest.mark.parametrize(("body", "reason"), [

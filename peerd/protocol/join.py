@@ -34,6 +34,7 @@ NAME_MAX = 64
 
 ASK, REVEAL, WAIT, CANCEL, CODE, CONFIRM, REDEEM = "ask", "reveal", "wait", "cancel", "code", "confirm", "redeem"
 ASKED, WAITING, APPROVED, REJECTED, OK = "asked", "waiting", "approved", "rejected", "ok"
+OPENING = (ASK, CODE, REDEEM)  # the requests that open a request, a PAKE session or try an invite
 
 # kind -> {field: (type, min length, max length)}
 _FIELDS: dict[str, dict[str, tuple[type, int, int]]] = {

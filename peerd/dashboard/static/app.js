@@ -80,6 +80,10 @@ function renderStatus(st) {
   );
   renderCatchup(st.catchup);
   renderFleetNews(st);
+  if (st.settings && st.settings.mdns) {
+    $("no-peers").textContent =
+      "No peers yet: mDNS is on and has found no member of this fleet. Add a seed (peerd run --seed HOST:PORT).";
+  }
   renderPeers(st.peers);
   renderMap(st);
 }
