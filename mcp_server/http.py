@@ -7,6 +7,8 @@ Invariants:
   Host or Origin.
 * A session is bound by headers (``X-Peerd-Role``, ``X-Peerd-Instance``) or by
   query parameters (``/mcp?role=&instance=``), read on every request.
+* Request bodies are capped at ``ops.MAX_JSON_REQUEST_BYTES``, the same limit
+  as the local server's, so a largest message (900,000 bytes) always fits.
 * The app's ASGI lifespan runs the MCP session manager: its host runs the
   lifespan once, from before the first request until shutdown.
 * Importing this module loads the MCP SDK (slow); the daemon does so in a
@@ -21,6 +23,7 @@ from starlette.types import ASGIApp
 from mcp_server.server import ReplicaSource, build_server
 from mcp_server.tools import FleetIdProvider
 from mcp_server.waiter import Waiter
+from replica.ops import MAX_JSON_REQUEST_BYTES
 
 MCP_PATH = "/mcp"
 
@@ -32,6 +35,7 @@ def http_app(replica: ReplicaSource, *, waiter: Waiter, fleet_id: FleetIdProvide
     return server.streamable_http_app(
         streamable_http_path=path,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        max_request_body_size=MAX_JSON_REQUEST_BYTES,
     )
 
 

@@ -5,7 +5,11 @@ Invariants:
   (``from``, ``instanceId``, ``receiptIds``, ``thread_id``...): pydantic aliases
   carry them, and only the aliases are accepted.
 * Unknown arguments are refused (``extra="forbid"``), so a misspelt optional
-  argument is an error rather than silently ignored.
+  argument is an error rather than silently ignored. Every integer argument is
+  bounded (at most 2^53 - 1), so none reaches SQLite out of range.
+* VantagePeers' argument and result names are used as it spells them
+  (``messageId``, ``createdAt`` in Unix ms, ``markedAsRead``...); peerd's own
+  extras (``seq``, ``cursor``, ``deliveredAt``, ``reachable``...) come beside them.
 * Published input schemas are plain and portable: no titles, optional
   arguments are simply not required (never ``null`` unions).
 """
@@ -13,24 +17,34 @@ Invariants:
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from replica.api import DEFAULT_LIMIT, MAX_LIMIT
 from replica.checks import MAX_SEQ
+from replica.ops import MAX_CONTENT_BYTES, MAX_SESSION_DAY
+from replica.stamps import MAX_SAFE_INT
 
 MAX_WAIT_SECONDS = 300.0
+CHECK_LIMIT = 20  # VantagePeers' default page of check_messages
+PAGE_LIMIT = 20  # VantagePeers' default page of its lists
+MAX_PAGE = 200  # VantagePeers' cap of its lists
 
 _ROLE = "Required unless this session is bound to a role."
 _WAIT = f"Seconds to block until something arrives when nothing is there yet (0-{MAX_WAIT_SECONDS:g})."
+_TENANT = "A tenant (organisation) slug stored with the message; a fleet is one tenant, so it is only a label."
+_FIELDS = "'lite' or 'full' (accepted for VantagePeers clients; results always have every field)."
+
+Fields = Literal["lite", "full"] | None
 
 
 class Args(BaseModel):
-    """Base of argument models: aliases only, no extras, JSON-string lists accepted."""
+    """Base of argument models: aliases only, no extras, no NaN or infinity, JSON-string lists accepted."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=False, hide_input_in_errors=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=False, hide_input_in_errors=True,
+                              allow_inf_nan=False)
 
 
 def _json_list(value: object) -> object:
@@ -51,14 +65,20 @@ NameList = Annotated[list[str], BeforeValidator(_json_list)]
 
 class SendMessageArgs(Args):
     sender: str | None = Field(None, alias="from", description=f"Your role name. {_ROLE}")
-    channel: str = Field(description="A role, a comma-separated list of roles, or 'broadcast'.")
-    content: str = Field(description="The message text.")
+    channel: str = Field(description="A role, a comma-separated list of roles, an instance ('tau-laptop'), "
+                                     "or 'broadcast'.")
+    content: str = Field(description=f"The message text (at most {MAX_CONTENT_BYTES:,} bytes of UTF-8).")
     instance_id: str | None = Field(
         None, alias="instanceId", description="Deliver only to this instance of the target role(s)."
     )
     from_instance_id: str | None = Field(
         None, alias="fromInstanceId", description="Your instance id; defaults to the session's bound instance."
     )
+    session_day: int | None = Field(
+        None, alias="sessionDay", ge=1, le=MAX_SESSION_DAY,
+        description="Project day number (VantagePeers); defaults to the day of sending (day 1 = 2026-03-06 UTC).",
+    )
+    tenant_id: str | None = Field(None, alias="tenantId", description=_TENANT)
 
 
 class CheckMessagesArgs(Args):
@@ -66,36 +86,128 @@ class CheckMessagesArgs(Args):
     recipient_instance_id: str | None = Field(
         None, alias="recipientInstanceId", description="Your instance id; defaults to the session's bound instance."
     )
-    since: int | None = Field(
-        None, ge=0, description="Only messages after this cursor (a 'cursor' or message 'seq' from an earlier call)."
+    since: int | str | None = Field(
+        None, description="Only messages that arrived after this: a 'cursor' from an earlier call (below 10^11), "
+                          "or a time, as Unix ms (10^11 and up) or ISO-8601.",
     )
-    limit: int = Field(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="Most messages to return.")
+    limit: int = Field(CHECK_LIMIT, ge=1, le=MAX_LIMIT, description=f"Most messages to return (default {CHECK_LIMIT}).")
     wait: float = Field(0.0, ge=0, description=_WAIT)
+    tenant_id: str | None = Field(None, alias="tenantId", description="Only messages of this tenant.")
+
+
+def _receipt_ids(value: object) -> object:
+    """A list, JSON text of a list (some clients send that), or one id as a plain string."""
+    value = _json_list(value)
+    return [value] if isinstance(value, str) else value
+
+
+ReceiptIds = Annotated[list[str], BeforeValidator(_receipt_ids)]
 
 
 class MarkAsReadArgs(Args):
-    receipt_ids: NameList = Field(
-        alias="receiptIds", min_length=1, max_length=MAX_LIMIT, description="Receipt ids from check_messages."
+    receipt_ids: ReceiptIds = Field(
+        alias="receiptIds", min_length=1, max_length=MAX_LIMIT,
+        description="Receipt ids from check_messages: a list, or one id.",
     )
+    caller_orchestrator: str | None = Field(
+        None, alias="callerOrchestrator", description="Your role: only receipts addressed to it are marked."
+    )
+
+
+class MessageIdArgs(Args):
+    message_id: str = Field(alias="messageId", description="A message id (from send_message or check_messages).")
+
+
+class DeleteMessageArgs(Args):
+    message_id: str = Field(alias="messageId", description="The id of a message you sent.")
+    caller_orchestrator: str | None = Field(
+        None, alias="callerOrchestrator", description=f"Your role; it must be the message's sender. {_ROLE}"
+    )
+
+
+class ListMessagesArgs(Args):
+    session_day: int | None = Field(None, alias="sessionDay", ge=1, le=MAX_SESSION_DAY,
+                                    description="Only messages of this project day.")
+    sender: str | None = Field(None, alias="from", description="Only messages from this role.")
+    tenant_id: str | None = Field(None, alias="tenantId", description="Only messages of this tenant.")
+    limit: int = Field(PAGE_LIMIT, ge=1, le=MAX_PAGE, description=f"Most messages (default {PAGE_LIMIT}).")
+    cursor: str | None = Field(None, description="'nextCursor' of the previous page.")
+    fields: Fields = Field(None, description=_FIELDS)
+
+
+class BroadcastStatusArgs(Args):
+    message_id: str = Field(alias="messageId", description="A message id (any message, not only broadcasts).")
+    limit: int = Field(PAGE_LIMIT, ge=1, le=MAX_PAGE, description=f"Most receipts (default {PAGE_LIMIT}).")
+    fields: Fields = Field(None, description=_FIELDS)
+
+
+class KeywordSearchArgs(Args):
+    query: str = Field(description="Words to look for; every word must match, the last one also as a prefix.")
+    sender: str | None = Field(None, alias="from", description="Only messages from this role.")
+    channel: str | None = Field(None, description="Only messages sent on exactly this channel ('sigma', 'broadcast').")
+    tenant_id: str | None = Field(None, alias="tenantId", description="Only messages of this tenant.")
+    session_day: int | None = Field(None, alias="sessionDay", ge=1, le=MAX_SESSION_DAY,
+                                    description="Only messages of this project day.")
+    limit: int = Field(PAGE_LIMIT, ge=1, le=MAX_PAGE, description=f"Most messages (default {PAGE_LIMIT}).")
+    fields: Fields = Field(None, description=_FIELDS)
+
+
+class ListPeersArgs(Args):
+    limit: int = Field(PAGE_LIMIT, ge=1, le=MAX_PAGE, description=f"Most peers (default {PAGE_LIMIT}).")
+    fields: Fields = Field(None, description=_FIELDS)
+    cursor: str | None = Field(None, description="'nextCursor' of the previous page.")
 
 
 class NoArgs(Args):
     pass
 
 
+class StaticIn(BaseModel):
+    """A profile's static identity; other keys are kept as given."""
+
+    model_config = ConfigDict(extra="allow", hide_input_in_errors=True)
+    role: str | None = Field(None, description="What this orchestrator is for.")
+    workspace: str | None = Field(None, description="Where it works.")
+    capabilities: list[str] | None = Field(None, description="What it can do, e.g. ['etl', 'sql'].")
+
+
+class DynamicIn(BaseModel):
+    """A profile's session state; other keys are kept as given."""
+
+    model_config = ConfigDict(extra="allow", hide_input_in_errors=True, allow_inf_nan=False)
+    current_task: str | None = Field(None, alias="currentTask", description="What it is doing now.")
+    last_seen: int | float | None = Field(None, alias="lastSeen", ge=0, le=MAX_SAFE_INT,
+                                          description="Unix ms of its last activity.")
+    session_count: int | None = Field(None, alias="sessionCount", ge=0, le=MAX_SAFE_INT)
+    end_of_day_index: str | None = Field(None, alias="endOfDayIndex")
+
+
 class UpdateProfileArgs(Args):
     orchestrator_id: str | None = Field(
         None, alias="orchestratorId", description=f"The role whose profile to set. {_ROLE}"
     )
+    instance_id: str | None = Field(None, alias="instanceId", description="Set this instance's own profile instead.")
     name: str | None = Field(None, description="Display name.")
-    static: str | None = Field(None, description="What this agent is and does (rarely changes).")
-    dynamic: str | None = Field(None, description="What this agent is doing now.")
+    static: StaticIn | str | None = Field(
+        None, description="Static identity {role, workspace, capabilities, ...}: merged key by key.")
+    dynamic: DynamicIn | str | None = Field(
+        None, description="Session state {currentTask, lastSeen, sessionCount, ...}: merged key by key.")
 
 
 class GetProfileArgs(Args):
     orchestrator_id: str | None = Field(
         None, alias="orchestratorId", description=f"The role whose profile to read. {_ROLE}"
     )
+    instance_id: str | None = Field(None, alias="instanceId", description="Read this instance's own profile.")
+
+
+class SetSummaryArgs(Args):
+    orchestrator_id: str | None = Field(None, alias="orchestratorId", description=f"Your role. {_ROLE}")
+    instance_id: str | None = Field(
+        None, alias="instanceId", description="Your instance; defaults to the session's bound instance."
+    )
+    summary: str = Field(description="One or two sentences on your current work.")
+    end_of_day_index: str | None = Field(None, alias="endOfDayIndex", description="A durable end-of-day index.")
 
 
 class MessageStatusArgs(Args):
@@ -108,7 +220,8 @@ class SearchMessagesArgs(Args):
     channel: str | None = Field(
         None, description="Only messages addressed to this role (broadcasts and role lists included)."
     )
-    since: int | None = Field(None, ge=0, description="Only messages after this cursor (a message 'seq').")
+    since: int | None = Field(None, ge=0, le=MAX_SAFE_INT,
+                              description="Only messages after this cursor (a message 'seq').")
     limit: int = Field(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="Most messages to return.")
 
 
@@ -172,13 +285,15 @@ class Snake(BaseModel):
 
 
 class SentOut(Camel):
-    id: str = Field(description="Message id; pass it to message_status.")
+    message_id: str = Field(description="Message id; pass it to message_status or get_message.")
     sender: str = Field(validation_alias="from", serialization_alias="from")
-    from_instance_id: str | None
     channel: str
+    from_instance_id: str | None
     instance_id: str | None
     recipients: list[str] = Field(description="Roles the message is addressed to ('broadcast' for everyone).")
-    created: str
+    created_at: int = Field(description="Unix ms.")
+    session_day: int
+    tenant_id: str | None
     seq: int
     unknown_recipients: list[str] = Field(
         default_factory=list, description="Addressed roles never seen in the fleet (no profile, never sent, never "
@@ -188,17 +303,17 @@ class SentOut(Camel):
 
 
 class InboxItem(Camel):
-    id: str
+    message_id: str
     receipt_id: str = Field(description="Pass to mark_as_read once handled.")
-    sender: str
-    sender_instance_id: str | None
+    sender: str = Field(validation_alias="from", serialization_alias="from")
+    from_instance_id: str | None
     channel: str
-    target_instance_id: str | None
+    instance_id: str | None = Field(description="The instance it was sent to, if only one.")
     content: str
-    created: str
-    seq: int
-    delivered_at: str | None
-    read_at: str | None
+    created_at: int = Field(description="Unix ms.")
+    delivered_at: int | None
+    read_at: int | None
+    seq: int = Field(description="Position in this node's arrival order.")
 
 
 class InboxOut(Camel):
@@ -206,31 +321,110 @@ class InboxOut(Camel):
     recipient_instance_id: str | None
     messages: list[InboxItem]
     cursor: int = Field(description="Pass as 'since' to skip what this call returned.")
+    truncated: bool = Field(description="More unread messages wait (limit or the page's byte budget).")
+    next_since: int | None = Field(description="When truncated: pass as 'since' for the next page.")
 
 
 class MarkedOut(Camel):
-    marked: int = Field(description="How many receipts became read by this call.")
+    marked_as_read: int = Field(description="How many receipts became read by this call.")
+    marked: int = Field(description="The same count (peerd's older name).")
+    unknown: list[str] = Field(description="Receipt ids this node does not know (nothing marked for them).")
+    not_yours: list[str] = Field(description="Receipts of other roles than callerOrchestrator (left unread).")
 
 
-class PeerOut(Camel):
-    id: str
+class MessageOut(Camel):
+    message_id: str
+    sender: str = Field(validation_alias="from", serialization_alias="from")
+    from_instance_id: str | None
+    channel: str | None
     instance_id: str | None
-    name: str | None
-    summary: str | None
-    last_seen: str | None
-    reachable: bool
+    thread_id: str | None
+    content: str | None = Field(description="Null once the message is retracted.")
+    created_at: int = Field(description="Unix ms.")
+    session_day: int
+    tenant_id: str | None
+    seq: int
+    retracted: bool
+    retracted_at: int | None
 
 
-class PeersOut(Camel):
-    peers: list[PeerOut]
+class MessagePageOut(Camel):
+    items: list[MessageOut] = Field(description="Newest first.")
+    next_cursor: str | None = Field(description="Pass as 'cursor' for the next page; null on the last page.")
+
+
+class RetractedOut(Camel):
+    deleted: bool
+    message_id: str
+    receipts_deleted: int = Field(description="Receipts of the message, which no inbox serves any more.")
+    retracted_at: int | None
+
+
+class BroadcastReceiptOut(Camel):
+    recipient: str
+    recipient_instance_id: str | None
+    read: bool
+    read_at: int | None
+    delivered_at: int | None
+    receipt_id: str | None = Field(description="Null for a recipient the message has not reached yet.")
+
+
+class BroadcastStatusOut(Camel):
+    message_id: str
+    sender: str = Field(validation_alias="from", serialization_alias="from")
+    channel: str | None
+    created_at: int
+    receipts: list[BroadcastReceiptOut]
+    truncated: bool
+    retracted: bool
+
+
+class KeywordOut(Camel):
+    query: str
+    items: list[MessageOut] = Field(description="Best match first.")
 
 
 class ProfileOut(Camel):
     orchestrator_id: str
+    instance_id: str | None
+    name: str
+    static: dict[str, Any] = Field(description="{role, workspace, capabilities, ...}")
+    dynamic: dict[str, Any] = Field(description="{currentTask, lastSeen, sessionCount, ...}")
+    created_at: int | None
+    updated_at: int | None
+
+
+class ProfileResult(Camel):
+    profile_id: str | None
+    orchestrator_id: str
     name: str | None
-    static: str | None
-    dynamic: str | None
-    updated: str | None
+    profile: ProfileOut | None = Field(description="Null when there is no such profile.")
+
+
+class SummaryOut(Camel):
+    orchestrator_id: str
+    instance_id: str | None
+    summary: str
+    profile_id: str
+
+
+class PeerOut(Camel):
+    id: str = Field(description="The role.")
+    instance_id: str = Field(description="The instance, or the role itself for a role's own entry.")
+    name: str
+    role: str = Field(description="static.role of its profile.")
+    workspace: str
+    current_task: str = Field(description="dynamic.currentTask, or 'idle'.")
+    last_seen: str | None = Field(description="ISO-8601: newest of its profile's lastSeen and updates, and its "
+                                              "messages.")
+    session_count: int | float
+    reachable: bool = Field(description="Seen in the last 15 minutes.")
+    profile_id: str | None = Field(description="Null for an instance known only from its messages.")
+
+
+class PeersOut(Camel):
+    items: list[PeerOut]
+    next_cursor: str | None
 
 
 class RecipientOut(Camel):
@@ -238,23 +432,27 @@ class RecipientOut(Camel):
     instance_id: str | None
     receipt_id: str | None
     state: str = Field(description="pending, delivered or read.")
-    delivered_at: str | None
-    read_at: str | None
+    delivered_at: int | None
+    read_at: int | None
 
 
 class StatusOut(Camel):
     message_id: str
+    retracted: bool
+    retracted_at: int | None
     recipients: list[RecipientOut]
 
 
 class SearchHitOut(Camel):
-    id: str
-    sender: str = Field(description="Sender role (for a thread message, the agent's name).")
-    sender_instance_id: str | None
+    message_id: str
+    sender: str = Field(validation_alias="from", serialization_alias="from",
+                        description="Sender role (for a thread message, the agent's name).")
+    from_instance_id: str | None
     channel: str | None = Field(description="The channel it was sent to; null for a thread message.")
     thread_id: str | None
     content: str
-    created: str
+    created_at: int
+    session_day: int
     seq: int = Field(description="Position in this node's arrival order; usable as 'since'.")
 
 

@@ -45,10 +45,10 @@ ROLE_QUERY = "role"
 INSTANCE_QUERY = "instance"
 
 INSTRUCTIONS = (
-    "peerd: messages between AI agents across machines. Call whoami to see which role this session "
-    "speaks for; send_message to write; check_messages (optionally with wait) to read, then "
-    "mark_as_read with the receipt ids; message_status to see delivery. Threads: create_agent, "
-    "create_thread, append, poll."
+    "peerd: messages between AI agents across machines (VantagePeers' tools, offline-first). Call whoami "
+    "to see which role this session speaks for; send_message to write; check_messages (optionally with "
+    "wait) to read, then mark_as_read with the receipt ids; message_status or list_broadcast_status to see "
+    "delivery; set_summary and list_peers for who does what. Threads: create_agent, create_thread, append, poll."
 )
 
 ReplicaSource = Replica | Callable[[], Replica]

@@ -8,6 +8,12 @@ Invariants:
   synchronous function to ``Call.run`` (a worker thread).
 * Session binding fills in the caller's role and instance; explicit arguments
   win. The bound instance applies only to the bound role.
+* Results use VantagePeers' names and forms (``messageId``, ``from``,
+  ``createdAt`` in Unix ms...); the views from replica values to results are
+  pure functions (``message_out``, ``profile_out``, ``merge_peers``...).
+* ``since`` is read by ``replica.stamps.parse_since`` against this replica's
+  newest position and this machine's clock: a cursor or an arrival time, or
+  ``invalid_argument``; never an empty inbox by mistake.
 * ``wait`` blocks through the ``Waiter`` (the process's change feed, no
   polling), capped at ``MAX_WAIT_SECONDS``; the change mark is taken before
   each look.
@@ -16,10 +22,12 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from mcp.types import ToolAnnotations
@@ -27,9 +35,25 @@ from pydantic import BaseModel
 
 from mcp_server import schemas as s
 from mcp_server.waiter import Waiter
-from replica import Agent, InvalidArgument, NotFound, Profile, RecipientCheck, Replica, SenderSeen, SentMessage
+from replica import (
+    Agent,
+    Inbox,
+    InboxMessage,
+    InvalidArgument,
+    MessageRecord,
+    NotFound,
+    Profile,
+    RecipientCheck,
+    Replica,
+    SenderSeen,
+    SentMessage,
+)
+from replica.api import now_ms
+from replica.names import name_key, same_name
+from replica.stamps import iso_ms, ms_of_iso, parse_since
 
-RECENT = timedelta(minutes=15)
+RECENT_MS = 15 * 60 * 1000  # "reachable": seen in the last 15 minutes
+INBOX_BYTES = 40_000  # VantagePeers' byte budget of one check_messages page (at least one message)
 
 T = TypeVar("T")
 A = TypeVar("A", bound=BaseModel)
@@ -96,7 +120,7 @@ def role_of(explicit: str | None, bind: SessionBinding, what: str) -> str:
 def instance_of(explicit: str | None, role: str, bind: SessionBinding) -> str | None:
     if explicit is not None:
         return explicit
-    return bind.instance if bind.role is not None and role == bind.role.strip() else None
+    return bind.instance if bind.role is not None and same_name(role, bind.role) else None
 
 
 def clean_name(name: str, what: str) -> str:
@@ -104,16 +128,6 @@ def clean_name(name: str, what: str) -> str:
     if not clean:
         raise InvalidArgument(f"{what} must be a non-empty string")
     return clean
-
-
-def seen_recently(stamp: str | None, now: datetime) -> bool:
-    if stamp is None:
-        return False
-    try:
-        when = datetime.fromisoformat(stamp)
-    except ValueError:
-        return False
-    return now - when <= RECENT
 
 
 def capped_wait(seconds: float) -> float:
@@ -176,23 +190,146 @@ def _require_thread(r: Replica, tid: str) -> list[str]:
     return thread.participants
 
 
+# -- views: replica values as the tools show them (pure) ------------------------------------
+
+
+def ms(stamp: str | None) -> int | None:
+    """A replica time (ISO-8601, millisecond precision) as Unix ms, as VantagePeers shows times."""
+    return None if stamp is None else ms_of_iso(stamp)
+
+
+def encode_cursor(payload: dict[str, Any]) -> str:
+    """An opaque page cursor: base64url of JSON, no padding (VantagePeers' form)."""
+    raw = json.dumps(payload, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def decode_cursor(token: str | None, key: str) -> Any:
+    """The ``key`` of a cursor this server returned, or None for no cursor (absent or empty)."""
+    if not token:
+        return None
+    try:
+        payload = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except (ValueError, binascii.Error):
+        raise InvalidArgument("invalid cursor: not a cursor this tool returned") from None
+    if not isinstance(payload, dict) or key not in payload:
+        raise InvalidArgument("invalid cursor: not a cursor of this tool")
+    return payload[key]
+
+
+def message_out(m: MessageRecord) -> s.MessageOut:
+    return s.MessageOut(message_id=m.id, sender=m.sender, from_instance_id=m.sender_instance, channel=m.channel,
+                        instance_id=m.target_instance, thread_id=m.thread, content=m.content,
+                        created_at=ms_of_iso(m.created), session_day=m.session_day, tenant_id=m.tenant, seq=m.seq,
+                        retracted=m.retracted is not None, retracted_at=ms(m.retracted))
+
+
+def inbox_item(m: InboxMessage) -> s.InboxItem:
+    return s.InboxItem(message_id=m.id, receipt_id=m.receipt_id, sender=m.sender, from_instance_id=m.sender_instance,
+                       channel=m.channel, instance_id=m.target_instance, content=m.content,
+                       created_at=ms_of_iso(m.created), delivered_at=ms(m.delivered_at), read_at=ms(m.read_at),
+                       seq=m.seq)
+
+
+def profile_out(p: Profile) -> s.ProfileOut:
+    """A profile with VantagePeers' defaults for what was never written (shown, not stored)."""
+    static = {**p.static, **{k: v for k, v in (("role", ""), ("workspace", ""), ("capabilities", []))
+                             if k not in p.static}}
+    dynamic = {**p.dynamic, **{k: v for k, v in (("lastSeen", ms(p.updated)), ("sessionCount", 0))
+                               if k not in p.dynamic}}
+    return s.ProfileOut(orchestrator_id=p.orchestrator_id, instance_id=p.instance_id,
+                        name=p.name if p.name is not None else p.instance_id or p.orchestrator_id,
+                        static=static, dynamic=dynamic, created_at=ms(p.created), updated_at=ms(p.updated))
+
+
+def profile_result(oid: str, p: Profile | None) -> s.ProfileResult:
+    if p is None:
+        return s.ProfileResult(profile_id=None, orchestrator_id=oid, name=None, profile=None)
+    out = profile_out(p)
+    return s.ProfileResult(profile_id=p.profile_id, orchestrator_id=p.orchestrator_id, name=out.name, profile=out)
+
+
+def _number(value: object) -> int | float:
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
+def _text(value: object, default: str = "") -> str:
+    return value if isinstance(value, str) else default
+
+
+def _peer(p: Profile, instance: str | None, seen_ms: int | None, now_ms: int, *, own: bool) -> s.PeerOut:
+    """One peer entry built on profile ``p`` (the entry's own, or its role's when ``own`` is false)."""
+    out = profile_out(p)
+    last = max((t for t in (seen_ms, _number(out.dynamic.get("lastSeen")) or None) if t is not None), default=None)
+    return s.PeerOut(
+        id=p.orchestrator_id, instance_id=instance or p.orchestrator_id,
+        name=out.name if own else instance or out.name, role=_text(out.static.get("role")),
+        workspace=_text(out.static.get("workspace")), current_task=_text(out.dynamic.get("currentTask"), "idle"),
+        last_seen=None if last is None else iso_ms(int(last)), session_count=_number(out.dynamic.get("sessionCount")),
+        reachable=last is not None and now_ms - last <= RECENT_MS, profile_id=p.profile_id if own else None)
+
+
+PeerKey = tuple[str, str]
+
+
+def merge_peers(profiles: Sequence[Profile], senders: Sequence[SenderSeen],
+                now_ms: int) -> list[tuple[PeerKey, s.PeerOut]]:
+    """One entry per profile (a role's, an instance's) and per sender (role, instance) without one,
+    by (role, instance) key: what a profile says, and when the newest of its lastSeen, its updates
+    and its messages was. A sender without a profile shows its role's profile, if any."""
+    by_key = {(name_key(p.orchestrator_id), name_key(p.instance_id or "")): p for p in profiles}
+    seen = {(name_key(x.role), name_key(x.instance or "")): x for x in senders}
+    peers: dict[PeerKey, s.PeerOut] = {}
+    for key, p in by_key.items():
+        sender = seen.get(key)
+        peers[key] = _peer(p, p.instance_id, ms(sender.last_seen) if sender else None, now_ms, own=True)
+    for key, x in seen.items():
+        if key in peers:
+            continue
+        base = by_key.get((key[0], ""))
+        if base is None:
+            peers[key] = s.PeerOut(id=x.role, instance_id=x.instance or x.role, name=x.instance or x.role, role="",
+                                   workspace="", current_task="idle", last_seen=x.last_seen, session_count=0,
+                                   reachable=now_ms - (ms(x.last_seen) or 0) <= RECENT_MS, profile_id=None)
+        else:
+            peers[key] = _peer(base, x.instance, ms(x.last_seen), now_ms, own=False)
+    return [(k, peers[k]) for k in sorted(peers)]
+
+
+def peers_page(peers: list[tuple[PeerKey, s.PeerOut]], after: object, limit: int) -> s.PeersOut:
+    """The ``limit`` peers after the key ``after`` (a [role, instance] key) of an earlier page."""
+    if after is not None and not (isinstance(after, list) and len(after) == 2 and all(isinstance(x, str)
+                                                                                         for x in after)):
+        raise InvalidArgument("invalid cursor: not a cursor of list_peers")
+    start = 0 if after is None else next((i for i, (k, _p) in enumerate(peers) if k > (after[0], after[1])),
+                                         len(peers))
+    page = peers[start:start + limit]
+    more = start + limit < len(peers)
+    return s.PeersOut(items=[p for _k, p in page],
+                      next_cursor=encode_cursor({"after": list(page[-1][0])}) if more else None)
+
+
 # -- messaging -----------------------------------------------------------------------------
 
 
 def _send_checked(r: Replica, sender: str, a: s.SendMessageArgs,
-                  from_inst: str | None) -> tuple[RecipientCheck, SentMessage]:
-    """Which recipients were never seen (asked before the send, which makes the sender known), and the send."""
+                  from_inst: str | None) -> tuple[RecipientCheck, SentMessage, MessageRecord]:
+    """Which recipients were never seen (asked before the send, which makes the sender known), the
+    send, and the message as stored (its session day and tenant)."""
     check = r.recipient_check(a.channel)
-    return check, r.send_message(sender, a.channel, a.content, a.instance_id, from_inst)
+    sent = r.send_message(sender, a.channel, a.content, a.instance_id, from_inst, session_day=a.session_day,
+                          tenant_id=a.tenant_id)
+    return check, sent, r.get_message(sent.id)
 
 
 async def send_message(call: Call, a: s.SendMessageArgs) -> s.SentOut:
     sender = role_of(a.sender, call.bind, "from")
     from_inst = instance_of(a.from_instance_id, sender, call.bind)
-    check, sent = await call.run(_send_checked, sender, a, from_inst)
-    return s.SentOut(id=sent.id, sender=sender, from_instance_id=from_inst, channel=a.channel.strip(),
-                     instance_id=a.instance_id, recipients=list(sent.recipients), created=sent.created,
-                     seq=sent.seq, unknown_recipients=list(check.unknown_recipients),
+    check, sent, m = await call.run(_send_checked, sender, a, from_inst)
+    return s.SentOut(message_id=sent.id, sender=sender, channel=a.channel.strip(), from_instance_id=from_inst,
+                     instance_id=a.instance_id, recipients=list(sent.recipients), created_at=ms_of_iso(sent.created),
+                     session_day=m.session_day, tenant_id=m.tenant, seq=sent.seq,
+                     unknown_recipients=list(check.unknown_recipients),
                      known_roles=list(check.known_roles) if check.unknown_recipients else None)
 
 
@@ -200,41 +337,89 @@ async def check_messages(call: Call, a: s.CheckMessagesArgs) -> s.InboxOut:
     role = role_of(a.recipient, call.bind, "recipient")
     inst = instance_of(a.recipient_instance_id, role, call.bind)
 
+    def read(r: Replica) -> Inbox:
+        since = parse_since(a.since, now_ms=now_ms(), newest=r.max_lseq())
+        return r.check_messages(role, inst, since.cursor, a.limit, arrived_after_ms=since.arrived_after_ms,
+                                max_bytes=INBOX_BYTES, tenant_id=a.tenant_id)
+
     async def look() -> s.InboxOut:
-        inbox = await call.run(Replica.check_messages, role, inst, a.since, a.limit)
-        items = [
-            s.InboxItem(id=m.id, receipt_id=m.receipt_id, sender=m.sender, sender_instance_id=m.sender_instance,
-                        channel=m.channel, target_instance_id=m.target_instance, content=m.content,
-                        created=m.created, seq=m.seq, delivered_at=m.delivered_at, read_at=m.read_at)
-            for m in inbox.messages
-        ]
-        return s.InboxOut(recipient=role, recipient_instance_id=inst, messages=items, cursor=inbox.cursor)
+        inbox = await call.run(read)
+        return s.InboxOut(recipient=role, recipient_instance_id=inst, messages=[inbox_item(m) for m in inbox.messages],
+                          cursor=inbox.cursor, truncated=inbox.truncated,
+                          next_since=inbox.cursor if inbox.truncated else None)
 
     return await wait_for_data(call, look, lambda out: bool(out.messages), a.wait)
 
 
 async def mark_as_read(call: Call, a: s.MarkAsReadArgs) -> s.MarkedOut:
-    return s.MarkedOut(marked=await call.run(Replica.mark_as_read, a.receipt_ids))
+    done = await call.run(Replica.mark_receipts, a.receipt_ids, a.caller_orchestrator)
+    return s.MarkedOut(marked_as_read=done.marked, marked=done.marked, unknown=done.unknown, not_yours=done.not_yours)
+
+
+def _status(r: Replica, mid: str) -> s.StatusOut:
+    m = r.get_message(mid)
+    recipients = [
+        s.RecipientOut(role=x.role, instance_id=x.instance, receipt_id=x.receipt_id, state=x.state,
+                       delivered_at=ms(x.delivered_at), read_at=ms(x.read_at))
+        for x in r.message_status(mid)
+    ]
+    return s.StatusOut(message_id=m.id, retracted=m.retracted is not None, retracted_at=ms(m.retracted),
+                       recipients=recipients)
 
 
 async def message_status(call: Call, a: s.MessageStatusArgs) -> s.StatusOut:
-    rows = await call.run(Replica.message_status, a.message_id)
-    recipients = [
-        s.RecipientOut(role=x.role, instance_id=x.instance, receipt_id=x.receipt_id,
-                       state=x.state, delivered_at=x.delivered_at,
-                       read_at=x.read_at)
-        for x in rows
+    return await call.run(_status, a.message_id)
+
+
+def _broadcast_status(r: Replica, mid: str, limit: int) -> s.BroadcastStatusOut:
+    m = r.get_message(mid)
+    receipts = [
+        s.BroadcastReceiptOut(recipient=x.role, recipient_instance_id=x.instance, read=x.read_at is not None,
+                              read_at=ms(x.read_at), delivered_at=ms(x.delivered_at), receipt_id=x.receipt_id)
+        for x in r.message_status(mid)
     ]
-    return s.StatusOut(message_id=a.message_id.strip(), recipients=recipients)
+    return s.BroadcastStatusOut(message_id=m.id, sender=m.sender, channel=m.channel, created_at=ms_of_iso(m.created),
+                                receipts=receipts[:limit], truncated=len(receipts) > limit,
+                                retracted=m.retracted is not None)
+
+
+async def list_broadcast_status(call: Call, a: s.BroadcastStatusArgs) -> s.BroadcastStatusOut:
+    return await call.run(_broadcast_status, a.message_id, a.limit)
+
+
+async def get_message(call: Call, a: s.MessageIdArgs) -> s.MessageOut:
+    return message_out(await call.run(Replica.get_message, a.message_id))
+
+
+def _list_messages(r: Replica, a: s.ListMessagesArgs) -> s.MessagePageOut:
+    page = r.list_messages(session_day=a.session_day, from_=a.sender, tenant_id=a.tenant_id,
+                           before=decode_cursor(a.cursor, "before"), limit=a.limit)
+    return s.MessagePageOut(items=[message_out(m) for m in page.messages],
+                            next_cursor=None if page.before is None else encode_cursor({"before": page.before}))
+
+
+async def list_messages(call: Call, a: s.ListMessagesArgs) -> s.MessagePageOut:
+    return await call.run(_list_messages, a)
+
+
+def _delete_message(r: Replica, mid: str, caller: str) -> s.RetractedOut:
+    m = r.retract_message(mid, caller)
+    return s.RetractedOut(deleted=True, message_id=m.id, receipts_deleted=r.receipt_count(m.id),
+                          retracted_at=ms(m.retracted))
+
+
+async def delete_message(call: Call, a: s.DeleteMessageArgs) -> s.RetractedOut:
+    caller = role_of(a.caller_orchestrator, call.bind, "callerOrchestrator")
+    return await call.run(_delete_message, a.message_id, caller)
 
 
 def _search(r: Replica, a: s.SearchMessagesArgs) -> s.SearchOut:
     hits = r.search_messages(a.query, from_=a.sender, channel=a.channel, since=a.since, limit=a.limit)
     names = _names(r, [h.sender for h in hits if h.thread is not None])
     items = [
-        s.SearchHitOut(id=h.id, sender=names.get(h.sender, h.sender) if h.thread is not None else h.sender,
-                       sender_instance_id=h.sender_instance, channel=h.channel, thread_id=h.thread,
-                       content=h.content, created=h.created, seq=h.seq)
+        s.SearchHitOut(message_id=h.id, sender=names.get(h.sender, h.sender) if h.thread is not None else h.sender,
+                       from_instance_id=h.sender_instance, channel=h.channel, thread_id=h.thread,
+                       content=h.content, created_at=ms_of_iso(h.created), session_day=h.session_day, seq=h.seq)
         for h in hits
     ]
     return s.SearchOut(query=a.query, hits=items)
@@ -244,47 +429,54 @@ async def search_messages(call: Call, a: s.SearchMessagesArgs) -> s.SearchOut:
     return await call.run(_search, a)
 
 
-def merge_peers(profiles: Sequence[s.ProfileOut], senders: Sequence[SenderSeen], now: datetime) -> list[s.PeerOut]:
-    """Profiles give every role seen; senders (who sent when, on any machine of the fleet)
-    add instances and liveness, replacing a role's profile-only entry."""
-    peers: dict[tuple[str, str | None], s.PeerOut] = {}
-    for p in profiles:
-        peers[(p.orchestrator_id, None)] = s.PeerOut(
-            id=p.orchestrator_id, instance_id=None, name=p.name, summary=p.dynamic or p.static,
-            last_seen=p.updated, reachable=seen_recently(p.updated, now))
-    names = {p.orchestrator_id: p for p in profiles}
-    for x in senders:
-        base = names.get(x.role)
-        peers.pop((x.role, None), None)
-        peers[(x.role, x.instance)] = s.PeerOut(
-            id=x.role, instance_id=x.instance, name=base.name if base else None,
-            summary=base.dynamic or base.static if base else None,
-            last_seen=x.last_seen, reachable=seen_recently(x.last_seen, now))
-    return [peers[k] for k in sorted(peers, key=lambda k: (k[0], k[1] or ""))]
+def _keyword_search(r: Replica, a: s.KeywordSearchArgs) -> s.KeywordOut:
+    hits = r.search_messages(a.query, from_=a.sender, exact_channel=a.channel, session_day=a.session_day,
+                             tenant_id=a.tenant_id, limit=a.limit, prefix=True)
+    return s.KeywordOut(query=a.query, items=[message_out(r.get_message(h.id)) for h in hits if h.thread is None])
 
 
-def _profile_out(p: Profile) -> s.ProfileOut:
-    return s.ProfileOut(orchestrator_id=p.orchestrator_id, name=p.name, static=p.static, dynamic=p.dynamic,
-                        updated=p.updated)
+async def search_messages_by_keyword(call: Call, a: s.KeywordSearchArgs) -> s.KeywordOut:
+    return await call.run(_keyword_search, a)
 
 
-async def list_peers(call: Call, _a: s.NoArgs) -> s.PeersOut:
-    profiles = [_profile_out(p) for p in await call.run(Replica.list_profiles)]
-    senders = await call.run(Replica.recent_senders)
-    return s.PeersOut(peers=merge_peers(profiles, senders, datetime.now(UTC)))
+# -- profiles and peers -----------------------------------------------------------------------
 
 
-async def update_profile(call: Call, a: s.UpdateProfileArgs) -> s.ProfileOut:
+def _list_peers(r: Replica, a: s.ListPeersArgs) -> s.PeersOut:
+    peers = merge_peers(r.list_profiles(), r.recent_senders(), now_ms())
+    return peers_page(peers, decode_cursor(a.cursor, "after"), a.limit)
+
+
+async def list_peers(call: Call, a: s.ListPeersArgs) -> s.PeersOut:
+    return await call.run(_list_peers, a)
+
+
+def _object(value: BaseModel | str | None) -> object:
+    """A static/dynamic argument as the replica takes it: the keys given (aliases), or a text."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(by_alias=True, exclude_unset=True)
+    return value
+
+
+async def update_profile(call: Call, a: s.UpdateProfileArgs) -> s.ProfileResult:
     oid = role_of(a.orchestrator_id, call.bind, "orchestratorId")
-    return _profile_out(await call.run(Replica.update_profile, oid, a.name, a.static, a.dynamic))
+
+    def update(r: Replica) -> Profile:
+        return r.update_profile(oid, a.name, _object(a.static), _object(a.dynamic), instance_id=a.instance_id)
+
+    return profile_result(oid, await call.run(update))
 
 
-async def get_profile(call: Call, a: s.GetProfileArgs) -> s.ProfileOut:
+async def get_profile(call: Call, a: s.GetProfileArgs) -> s.ProfileResult:
     oid = role_of(a.orchestrator_id, call.bind, "orchestratorId")
-    profile = await call.run(Replica.get_profile, oid)
-    if profile is None:
-        raise NotFound(f"no profile for {oid!r} (update_profile creates one)")
-    return _profile_out(profile)
+    return profile_result(oid, await call.run(Replica.get_profile, oid, a.instance_id))
+
+
+async def set_summary(call: Call, a: s.SetSummaryArgs) -> s.SummaryOut:
+    oid = role_of(a.orchestrator_id, call.bind, "orchestratorId")
+    inst = instance_of(a.instance_id, oid, call.bind)
+    p = await call.run(Replica.set_summary, oid, a.summary, inst, a.end_of_day_index)
+    return s.SummaryOut(orchestrator_id=oid, instance_id=inst, summary=a.summary, profile_id=p.profile_id)
 
 
 async def whoami(call: Call, _a: s.NoArgs) -> s.WhoamiOut:
@@ -458,18 +650,32 @@ _SET = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_
 _DROP = ToolAnnotations(read_only_hint=False, destructive_hint=True)
 
 TOOLS: tuple[ToolSpec[Any, Any], ...] = (
-    ToolSpec("send_message", "Send a message to a role, a comma-separated list of roles, or 'broadcast'; "
-             "returns its id.", s.SendMessageArgs, s.SentOut, send_message, _ADD),
+    ToolSpec("send_message", "Send a message to a role, a comma-separated list of roles, an instance, or "
+             "'broadcast'; returns its messageId.", s.SendMessageArgs, s.SentOut, send_message, _ADD),
     ToolSpec("check_messages", "Fetch your unread messages (oldest first) with their receipt ids; "
              "set wait to block until one arrives.", s.CheckMessagesArgs, s.InboxOut, check_messages, _ADD),
     ToolSpec("mark_as_read", "Mark messages read by the receipt ids check_messages gave you, so they are "
              "not returned again.", s.MarkAsReadArgs, s.MarkedOut, mark_as_read, _SET),
-    ToolSpec("list_peers", "List the agents (roles) this node knows, with summary, last seen time and "
-             "whether they look reachable.", s.NoArgs, s.PeersOut, list_peers, _READ),
-    ToolSpec("update_profile", "Set your profile's name, static description or dynamic status; fields you "
-             "leave out keep their value.", s.UpdateProfileArgs, s.ProfileOut, update_profile, _SET),
-    ToolSpec("get_profile", "Read a role's profile: name, static description and dynamic status.",
-             s.GetProfileArgs, s.ProfileOut, get_profile, _READ),
+    ToolSpec("delete_message", "Retract a message you sent: every node drops its content and it leaves "
+             "every inbox and search.", s.DeleteMessageArgs, s.RetractedOut, delete_message, _DROP),
+    ToolSpec("get_message", "Fetch one message by its messageId, with channel, sender, sessionDay and tenant.",
+             s.MessageIdArgs, s.MessageOut, get_message, _READ),
+    ToolSpec("list_messages", "List messages newest first, read or not, filtered by sessionDay, sender or "
+             "tenant; page with cursor.", s.ListMessagesArgs, s.MessagePageOut, list_messages, _READ),
+    ToolSpec("list_broadcast_status", "Show each recipient's read state for a message (broadcast or not).",
+             s.BroadcastStatusArgs, s.BroadcastStatusOut, list_broadcast_status, _READ),
+    ToolSpec("search_messages_by_keyword", "Full-text search of messages, best match first; filter by sender, "
+             "exact channel, sessionDay or tenant.", s.KeywordSearchArgs, s.KeywordOut,
+             search_messages_by_keyword, _READ),
+    ToolSpec("set_summary", "Say what you are working on now (your profile's currentTask, and lastSeen); "
+             "shown by list_peers.", s.SetSummaryArgs, s.SummaryOut, set_summary, _SET),
+    ToolSpec("list_peers", "List the roles and instances this node knows, with role, current task, last seen "
+             "and whether they look reachable.", s.ListPeersArgs, s.PeersOut, list_peers, _READ),
+    ToolSpec("update_profile", "Create or update a profile: name, static {role, workspace, capabilities}, "
+             "dynamic {currentTask, ...}; merged key by key.", s.UpdateProfileArgs, s.ProfileResult,
+             update_profile, _SET),
+    ToolSpec("get_profile", "Read a role's profile (name, static identity, dynamic state); profile is null "
+             "if it has none.", s.GetProfileArgs, s.ProfileResult, get_profile, _READ),
     ToolSpec("message_status", "Show, for each recipient of a message, whether it is pending, delivered "
              "or read.", s.MessageStatusArgs, s.StatusOut, message_status, _READ),
     ToolSpec("search_messages", "Full-text search over every message this node holds (all words must match), "

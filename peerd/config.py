@@ -39,6 +39,7 @@ from discovery.source import SeedError
 from peerd.errors import ConfigError
 from peerd.home import atomic_write, config_path, create_exclusive, ensure_home, node_key_path
 from replica import PeerdError, identity
+from replica.ops import MAX_CONTENT_BYTES, MAX_OP_BYTES
 
 FLEET_KEY_BYTES = 32
 FLEET_KEY_PREFIX = "peerd-fleet-"
@@ -84,10 +85,10 @@ class Config:
     """Live peers a new local op is pushed to at once (0 disables push on write)."""
     max_body_bytes: int = 4 * MiB
     """Largest peer request or response body accepted."""
-    page_bytes: int = 256 * KiB
-    """Byte budget of one page of ops in a sync answer."""
-    max_content_bytes: int = 64 * KiB
-    """Largest message content accepted (UTF-8 bytes)."""
+    page_bytes: int = MiB
+    """Byte budget of one page of ops in a sync answer (a page holds at least one op)."""
+    max_content_bytes: int = MAX_CONTENT_BYTES
+    """Largest message content accepted (UTF-8 bytes); the op format fixes it at 900,000."""
     broadcast_history_days: int = 7
     """A role's inbox holds the broadcasts sent up to this many days before it was first seen in the fleet."""
     previous_fleet_keys: tuple[bytes, ...] = field(default=(), repr=False)
@@ -300,10 +301,11 @@ def _check_sizes(cfg: Config) -> None:
             f"{ENVELOPE_SLACK} ({cfg.max_content_bytes + ENVELOPE_SLACK}) so one "
             f"largest message fits a page"
         )
-    if cfg.max_body_bytes < cfg.page_bytes + ENVELOPE_SLACK:
+    largest = max(cfg.page_bytes, MAX_OP_BYTES)  # a page always holds one op, however large
+    if cfg.max_body_bytes < largest + ENVELOPE_SLACK:
         raise ConfigError(
-            f"max_body_bytes ({cfg.max_body_bytes}) must be at least page_bytes + "
-            f"{ENVELOPE_SLACK} ({cfg.page_bytes + ENVELOPE_SLACK}) so a page fits a body"
+            f"max_body_bytes ({cfg.max_body_bytes}) must be at least page_bytes (or the largest op, "
+            f"{MAX_OP_BYTES}) + {ENVELOPE_SLACK} ({largest + ENVELOPE_SLACK}) so a page fits a body"
         )
 
 

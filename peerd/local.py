@@ -42,11 +42,12 @@ from mcp_server.waiter import Waiter
 from peerd.errors import DaemonError
 from peerd.lazymount import LazyMount, McpBuilder
 from replica import Replica
+from replica.ops import MAX_JSON_REQUEST_BYTES
 
 log = logging.getLogger("peerd.local")
 
 MCP_PATH = "/mcp"
-MAX_BODY_BYTES = 1024 * 1024
+MAX_BODY_BYTES = MAX_JSON_REQUEST_BYTES  # a largest message fits, even with every byte escaped in JSON
 MAX_HEADER_BYTES = 32 * 1024
 HEAD_TIMEOUT = 10.0  # seconds from a connection (or a request's first byte) to its complete head
 BODY_TIMEOUT = 10.0  # seconds to receive a whole request body

@@ -28,7 +28,10 @@ from replica.models import (
     Inbox,
     InboxMessage,
     LogMessage,
+    MarkResult,
     MessageLog,
+    MessagePage,
+    MessageRecord,
     Page,
     Profile,
     ReadState,
@@ -94,10 +97,10 @@ def open_home(home: Path, *, broadcast_history_ms: int = DEFAULT_BROADCAST_HISTO
 
 
 __all__ = [
-    "Agent", "ApplyResult", "FileCheck", "Inbox", "InboxMessage", "InvalidArgument", "InvalidOp", "LocalError",
-    "LogMessage", "MessageLog", "NotFound", "Page", "PeerdError", "Profile", "ReadState", "RecipientCheck",
-    "RecipientStatus",
-    "RemoteError", "Replica", "SearchHit", "SenderSeen", "SentMessage", "StoreError", "Thread", "ThreadInfo",
-    "ThreadMessage", "ThreadSummary", "Undecodable",
-    "agent_id_for", "check_file", "key_path", "open_file", "open_home", "receipt_state",
+    "Agent", "ApplyResult", "FileCheck", "Inbox", "InboxMessage", "InvalidArgument", "InvalidOp",
+    "LocalError", "LogMessage", "MarkResult", "MessageLog", "MessagePage", "MessageRecord", "NotFound",
+    "Page", "PeerdError", "Profile", "ReadState", "RecipientCheck", "RecipientStatus", "RemoteError", "Replica",
+    "SearchHit",
+    "SenderSeen", "SentMessage", "StoreError", "Thread", "ThreadInfo", "ThreadMessage", "ThreadSummary",
+    "Undecodable", "agent_id_for", "check_file", "key_path", "open_file", "open_home", "receipt_state",
 ]

@@ -6,7 +6,9 @@ Invariants:
   it never touches the store, so a call is checked before anything is written.
 * Names are non-empty, at most ``MAX_NAME_CHARS`` characters, without control
   characters; content is a string of at most ``MAX_CONTENT_BYTES`` of UTF-8.
-* Counts are ints (never bools) within the bounds the caller names.
+* Counts are ints (never bools) within the bounds the caller names, and never
+  beyond 2^53 - 1 (``stamps.MAX_SAFE_INT``), so no integer argument reaches
+  SQLite out of its range.
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ from typing import Any
 from replica.errors import InvalidArgument
 from replica.names import name_key
 from replica.ops import MAX_CONTENT_BYTES, MAX_NAME_CHARS
+from replica.stamps import MAX_SAFE_INT
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
 MAX_QUERY_WORDS = 32
-MAX_COUNT = 2**63 - 1  # the largest SQLite integer
-MAX_SEQ = 2**53 - 1  # the largest integer every JSON client reads exactly; beyond it a seq is a mistake
+MAX_SEQ = MAX_SAFE_INT  # the largest integer every JSON client reads exactly; beyond it a seq is a mistake
 
 _CONTROL = re.compile(r"[\x00-\x1f]")
 
@@ -72,12 +74,14 @@ def check_content(value: object, what: str = "content") -> str:
     return value
 
 
-def check_count(value: object, what: str, *, low: int = 0, high: int = MAX_COUNT) -> int:
-    """An integer within [low, high]; SQLite integers are 64-bit, so ``high`` is at most 2^63 - 1."""
+def check_count(value: object, what: str, *, low: int = 0, high: int = MAX_SAFE_INT) -> int:
+    """An integer within [low, high], and never beyond 2^53 - 1 (what JSON clients carry exactly;
+    SQLite's own integers end at 2^63 - 1)."""
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidArgument(f"{what} must be an integer")
-    if not low <= value <= high:
-        raise InvalidArgument(f"{what} must be between {low} and {high}, got {value}")
+    top = min(high, MAX_SAFE_INT)
+    if not low <= value <= top:
+        raise InvalidArgument(f"{what} must be between {low} and {top}, got {value}")
     return value
 
 
@@ -90,15 +94,19 @@ def check_since(value: object, what: str = "since") -> int:
     return 0 if value is None else check_count(value, what)
 
 
-def fts_query(query: object) -> str:
-    """A user's search words as an FTS5 query matching all of them (no operator injection)."""
+def fts_query(query: object, *, prefix_last: bool = False) -> str:
+    """A user's search words as an FTS5 query matching all of them (no operator injection);
+    with ``prefix_last`` the last word also matches as a prefix (``deplo`` finds ``deploy``)."""
     if not isinstance(query, str) or not query.strip():
         raise InvalidArgument("query must be a non-empty string")
     _utf8(query, "query")
     if "\x00" in query:  # FTS5 ends a string at NUL: the query would be malformed
         raise InvalidArgument("query must not contain NUL characters")
     words = [w for w in re.split(r"\s+", query.strip()) if w][:MAX_QUERY_WORDS]
-    return " ".join('"' + w.replace('"', '""') + '"' for w in words)
+    quoted = ['"' + w.replace('"', '""') + '"' for w in words]
+    if prefix_last:
+        quoted[-1] += "*"
+    return " ".join(quoted)
 
 
 def agent_id_for(name: str) -> str:

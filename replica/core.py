@@ -31,9 +31,11 @@ BodyMaker = Callable[[int, int], dict[str, Any]]
 
 # This node's own seq and clock come from its newest op (no extra row to update per write):
 # own ops are always contiguous because each takes the next seq inside the write transaction.
+# The third column is the last op's arrival time (``store.arrival_time``), read in the same step.
 LAST_OWN = (
     "SELECT (SELECT seq FROM ops WHERE oid = ?1 ORDER BY seq DESC LIMIT 1),"
-    " max(coalesce((SELECT hlc FROM ops WHERE oid = ?1 ORDER BY seq DESC LIMIT 1), 0), hlc)"
+    " max(coalesce((SELECT hlc FROM ops WHERE oid = ?1 ORDER BY seq DESC LIMIT 1), 0), hlc),"
+    " (SELECT arrived FROM ops ORDER BY lseq DESC LIMIT 1)"
     " FROM origins WHERE oid = ?1"
 )
 
@@ -122,9 +124,10 @@ class ReplicaCore:
     def _write(self, kind: str, make_body: BodyMaker) -> tuple[int, Op]:
         """Create, sign and store one local op; ``make_body(seq, hlc)`` builds its body."""
         with self._store.write() as cur:
-            top, last = cur.execute(LAST_OWN, (self._self_oid,)).fetchone()
+            top, last, arrived = cur.execute(LAST_OWN, (self._self_oid,)).fetchone()
             seq = int(top or 0) + 1
-            stamp = hlcmod.tick(int(last or 0), self._wall())
+            now = self._wall()  # one reading: a local op arrives when it is created
+            stamp = hlcmod.tick(int(last or 0), now)
             body = make_body(seq, stamp)
             if kind != KIND_MSG:  # message bodies are built from arguments checked by the caller
                 try:
@@ -132,8 +135,10 @@ class ReplicaCore:
                 except InvalidOp as exc:
                     raise InvalidArgument(exc.reason) from None
             raw = opsmod.encode(self.node_key, seq, stamp, kind, body, sign=self._ident.sign)
+            if len(raw) > opsmod.MAX_OP_BYTES:  # peers would refuse it, and sync would stall on it
+                raise InvalidArgument(f"the change is {len(raw)} bytes as an op; the limit is {opsmod.MAX_OP_BYTES}")
             op = Op(self.node_key, seq, stamp, kind, body, raw)
-            lseq = store.store_op(cur, self._self_oid, op)
+            lseq = store.store_op(cur, self._self_oid, op, max(now, int(arrived or 0)))
             assert lseq is not None
         self._notify()
         return lseq, op

@@ -2,7 +2,7 @@
 
 Invariants:
 * A role's first-seen time (wall ms) is the minimum over every op that shows
-  the role: each message it sent (its op's wall time) and each ``seen`` write
+  the role (matched by name key, ``names.name_key``): each message it sent (its op's wall time) and each ``seen`` write
   naming it. A node writes ``["seen", [role], "at", now]`` the first time the
   role checks its inbox or sets its profile there while the node has no time
   for it yet, so a role is written about at most once per node.
@@ -21,7 +21,8 @@ import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 
 from replica.hlc import wall_of
-from replica.ops import KIND_MSG, Op
+from replica.names import name_key
+from replica.ops import KIND_MSG, KIND_SET, Op
 
 TABLE = "seen"  # the op table of the register writes (``ops.LWW_SCHEMA``)
 FIELD = "at"
@@ -42,11 +43,13 @@ def merge(state: Mapping[str, int], sightings: Iterable[tuple[str, int]]) -> dic
 
 
 def sightings(op: Op) -> list[tuple[str, int]]:
-    """The (role, wall ms) an op shows: a role's message (not a thread message, whose sender is
-    an agent) at its op's time, and each ``seen`` write."""
+    """The (role key, wall ms) an op shows: a role's message (not a thread message, whose sender
+    is an agent) at its op's time, and each ``seen`` write. Roles are matched by name key."""
     if op.kind == KIND_MSG:
-        return [(op.body["f"], wall_of(op.hlc))] if op.body["t"] is None else []
-    return [(w[1][0], w[3]) for w in op.body["w"] if w[0] == TABLE]
+        return [(name_key(op.body["f"]), wall_of(op.hlc))] if op.body["t"] is None else []
+    if op.kind == KIND_SET:
+        return [(name_key(w[1][0]), w[3]) for w in op.body["w"] if w[0] == TABLE]
+    return []
 
 
 def write(role: str, at_ms: int) -> list[object]:
@@ -60,24 +63,24 @@ def record(cur: sqlite3.Cursor, role: str, at_ms: int) -> None:
 
 
 def lookup(cur: sqlite3.Cursor, role: str) -> int | None:
-    row = cur.execute("SELECT at FROM first_seen WHERE role = ?", (role,)).fetchone()
+    row = cur.execute("SELECT at FROM first_seen WHERE role = ?", (name_key(role),)).fetchone()
     return None if row is None else int(row[0])
 
 
 def is_known(cur: sqlite3.Cursor, role: str) -> bool:
-    """Whether this replica has seen ``role``: a first-seen time, or a profile."""
+    """Whether this replica has seen ``role`` (by name key): a first-seen time, or a profile."""
     row = cur.execute("SELECT EXISTS (SELECT 1 FROM first_seen WHERE role = ?1)"
-                      " OR EXISTS (SELECT 1 FROM profiles WHERE id = ?1)", (role,)).fetchone()
+                      " OR EXISTS (SELECT 1 FROM profiles WHERE rkey = ?1)", (name_key(role),)).fetchone()
     return bool(row[0])
 
 
 def hint(unknown: Sequence[str], known: Sequence[str], cap: int = HINT_ROLES) -> list[str]:
     """At most ``cap`` known roles to name next to unknown ones: the closest spellings first."""
-    close = [k for u in unknown for k in difflib.get_close_matches(u, known, n=3, cutoff=0.6)]
+    close = [k for u in unknown for k in difflib.get_close_matches(name_key(u), known, n=3, cutoff=0.6)]
     return list(dict.fromkeys([*close, *known]))[:cap]
 
 
 def known_roles(cur: sqlite3.Cursor) -> list[str]:
-    """Every role this replica has seen (first-seen times and profiles), sorted."""
-    rows = cur.execute("SELECT role FROM first_seen UNION SELECT id FROM profiles ORDER BY 1")
+    """Every role this replica has seen (first-seen times and profiles), by name key, sorted."""
+    rows = cur.execute("SELECT role FROM first_seen UNION SELECT rkey FROM profiles ORDER BY 1")
     return [str(r[0]) for r in rows]

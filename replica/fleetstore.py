@@ -5,8 +5,9 @@ Invariants:
   recomputes it inside the write transaction that stored a rekey op (by apply or a local write).
 * A removed node's ops above its cutoff are retracted on every replica but its own: the row keeps
   its lseq (so arrival positions never go back) with the seq negated and every message column and
-  the blob cleared, its search entry and routes are dropped, and the origin's contiguous mark is held
-  to the cutoff. Register writes such ops already made stay (docs/security.md names the window).
+  the blob cleared, its search entry, routes and thread number are dropped (a thread then shows a
+  gap in its numbers there), and the origin's contiguous mark is held to the cutoff. Register writes
+  such ops already made stay (docs/security.md names the window).
 * This node's own key is kept in ``meta`` (``self_node``), so a projection knows whose ops never to retract.
 """
 
@@ -23,7 +24,8 @@ from replica.ops import Op
 SELF_META = "self_node"
 _RETRACT = (
     "UPDATE ops SET seq = -seq, blob = x'', id = NULL, sender = NULL, sender_inst = NULL, channel = NULL,"
-    " to_inst = NULL, thread = NULL, content = NULL WHERE oid = ? AND seq > ?"
+    " to_inst = NULL, thread = NULL, content = NULL, skey = NULL, sikey = NULL, ckey = NULL, tkey = NULL,"
+    " sday = NULL, tenant = NULL WHERE oid = ? AND seq > ?"
 )
 
 
@@ -94,16 +96,17 @@ def retract_above(cur: sqlite3.Cursor, node: bytes, upto: int) -> int:
         return 0
     oid = int(row[0])
     rows = cur.execute(
-        "SELECT lseq, id, content, sender, coalesce(channel, thread), seq FROM ops WHERE oid = ? AND seq > ?",
-        (oid, upto),
+        "SELECT lseq, id, content, sender, coalesce(channel, thread), seq, retracted FROM ops"
+        " WHERE oid = ? AND seq > ?", (oid, upto),
     ).fetchall()
     if rows:
         indexed = int(cur.execute("SELECT coalesce((SELECT v FROM meta WHERE k = 'fts_upto'), 0)").fetchone()[0])
-        for lseq, mid, content, sender, channel, _seq in rows:
-            if mid is not None and lseq <= indexed:
+        for lseq, mid, content, sender, channel, _seq, retracted in rows:
+            if mid is not None and content is not None and retracted is None and lseq <= indexed:
                 cur.execute("INSERT INTO message_fts(message_fts, rowid, content, sender, channel)"
                             " VALUES ('delete', ?, ?, ?, ?)", (lseq, content, sender, channel))
         cur.executemany("DELETE FROM routes WHERE lseq = ?", [(r[0],) for r in rows])
+        cur.executemany("DELETE FROM thread_seqs WHERE lseq = ?", [(r[0],) for r in rows])
         # a tombstone of an earlier retraction of the same seq (the removal was undone, then redone)
         cur.executemany("DELETE FROM ops WHERE oid = ? AND seq = ?", [(oid, -r[5]) for r in rows])
         cur.execute(_RETRACT, (oid, upto))

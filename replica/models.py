@@ -53,6 +53,43 @@ class InboxMessage(_Dict):
 class Inbox(_Dict):
     messages: list[InboxMessage]
     cursor: int
+    truncated: bool = False  # more unread messages wait beyond this page (limit or byte budget)
+
+
+@dataclass(frozen=True)
+class MarkResult(_Dict):
+    """What ``mark_receipts`` did: receipts newly read, ids this replica does not know, and ids
+    that belong to another role than the caller's (left unmarked)."""
+
+    marked: int
+    unknown: list[str]
+    not_yours: list[str]
+
+
+@dataclass(frozen=True)
+class MessageRecord(_Dict):
+    """A message as stored: ``content`` is None once it is retracted (``retracted`` is when)."""
+
+    id: str
+    seq: int
+    sender: str
+    sender_instance: str | None
+    channel: str | None
+    target_instance: str | None
+    thread: str | None
+    content: str | None
+    created: str
+    session_day: int
+    tenant: str | None
+    retracted: str | None
+
+
+@dataclass(frozen=True)
+class MessagePage(_Dict):
+    """Messages newest first; pass ``before`` (a seq) to get the next, older page."""
+
+    messages: list[MessageRecord]
+    before: int | None
 
 
 def receipt_state(delivered_at: str | None, read_at: str | None) -> str:
@@ -99,11 +136,17 @@ class MessageLog(_Dict):
 
 @dataclass(frozen=True)
 class Profile(_Dict):
+    """A role's profile (``instance_id`` None) or one instance's; ``static`` and ``dynamic`` are
+    objects merged key by key. ``orchestrator_id`` and ``instance_id`` are spelt as first written."""
+
     orchestrator_id: str
     name: str | None
-    static: str | None
-    dynamic: str | None
+    static: dict[str, Any]
+    dynamic: dict[str, Any]
     updated: str | None
+    instance_id: str | None = None
+    created: str | None = None
+    profile_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -192,6 +235,8 @@ class SearchHit(_Dict):
     thread: str | None
     content: str
     created: str
+    session_day: int = 0
+    tenant: str | None = None
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,8 @@ _TRIM = (
 
 def name_key(name: str) -> str:
     """The form under which ``name`` matches other names (NFC, lower case, trimmed)."""
+    if name.isascii():  # most names: NFC changes no ASCII text, and ASCII lowers to ASCII
+        return name.lower().strip(_TRIM)
     lowered = unicodedata.normalize("NFC", name).lower()
     return unicodedata.normalize("NFC", lowered).strip(_TRIM)
 

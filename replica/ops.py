@@ -10,11 +10,18 @@ on re-encoding. Invariants checked by ``decode``: the encoding, the signature
 against the origin key, seq >= 1, the op size, a known kind and a body that
 matches the kind's schema and size limits. ``decode`` is pure: bytes in, ``Op``
 or ``InvalidOp`` out.
+
+Kinds: ``msg`` (a message), ``set`` (last-writer-wins register writes) and
+``rtr`` (a retraction of a message by its sender role). A message body gains
+``sd`` (session day) and ``tn`` (tenant) only when the sender gave them, so a
+plain message keeps the original six keys.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,14 +31,28 @@ from replica.codec import pack, unpack
 from replica.errors import InvalidOp, Undecodable
 
 VERSION = 1
-MAX_OP_BYTES = 256 * 1024
-MAX_CONTENT_BYTES = 64 * 1024
+MAX_CONTENT_BYTES = 900_000  # VantagePeers' limit: 900,000 bytes of UTF-8
+MAX_OP_BYTES = 1024 * 1024  # a message of MAX_CONTENT_BYTES plus its header, names and signature
+# A local JSON request (API or MCP) that carries one largest content even with every byte escaped
+# (\u0001 is 6 bytes), plus the rest of the request: every local body limit uses this one.
+MAX_JSON_REQUEST_BYTES = 6 * 1024 * 1024
 MAX_NAME_CHARS = 256
 MAX_WRITES_PER_OP = 1000
 ORIGIN_BYTES = 32
+MAX_SESSION_DAY = 2**31 - 1
+MAX_MESSAGE_ID_CHARS = 64
+MAX_FIELD_KEY_CHARS = 128
 
 KIND_MSG = "msg"
 KIND_SET = "set"
+KIND_RETRACT = "rtr"
+
+MSG_KEYS = frozenset({"f", "fi", "c", "ti", "t", "x"})
+MSG_OPTIONAL_KEYS = frozenset({"sd", "tn"})
+PROFILE_GROUPS = ("static", "dynamic")
+# The key that a whole-text static or dynamic (peerd before profile objects) stands for: the text
+# said what an agent is (VantagePeers' static.role) and what it is doing (dynamic.currentTask).
+TEXT_KEYS = {"static": "role", "dynamic": "currentTask"}
 
 Body = dict[str, Any]
 
@@ -168,14 +189,28 @@ def _content(v: object) -> None:
 
 
 def _check_msg(body: Mapping[str, Any]) -> None:
-    if set(body) != {"f", "fi", "c", "ti", "t", "x"}:
-        raise InvalidOp("msg body must have exactly the keys f, fi, c, ti, t, x")
+    keys = set(body)
+    if not (MSG_KEYS <= keys <= MSG_KEYS | MSG_OPTIONAL_KEYS):
+        raise InvalidOp("msg body must have the keys f, fi, c, ti, t, x (and optionally sd, tn)")
     _name(body["f"], "sender")
     _name(body["fi"], "sender instance", optional=True)
     _name(body["c"], "channel", optional=body["t"] is not None)
     _name(body["ti"], "target instance", optional=True)
     _name(body["t"], "thread", optional=True)
     _content(body["x"])
+    if "sd" in body and not (_is_int(body["sd"]) and 1 <= body["sd"] <= MAX_SESSION_DAY):
+        raise InvalidOp(f"session day must be an integer from 1 to {MAX_SESSION_DAY}")
+    if "tn" in body:
+        _name(body["tn"], "tenant")
+
+
+def _check_retract(body: Mapping[str, Any]) -> None:
+    if set(body) != {"m", "f"}:
+        raise InvalidOp("rtr body must have exactly the keys m, f")
+    m = body["m"]
+    if not isinstance(m, str) or not m or len(m) > MAX_MESSAGE_ID_CHARS:
+        raise InvalidOp(f"retracted message id must be a non-empty string of at most {MAX_MESSAGE_ID_CHARS} chars")
+    _name(body["f"], "retracting role")
 
 
 def _wall_ms(v: object) -> bool:
@@ -186,15 +221,51 @@ def _str_or_none(v: object) -> bool:
     return v is None or (isinstance(v, str) and len(v.encode("utf-8", "surrogatepass")) <= MAX_CONTENT_BYTES)
 
 
-# LWW tables: table -> (key arity, {field: value predicate})
-LWW_SCHEMA: dict[str, tuple[int, dict[str, Callable[[object], bool]]]] = {
-    "rcpt": (3, {"d": _is_int, "r": _is_int}),
-    "prof": (1, {"name": _str_or_none, "static": _str_or_none, "dynamic": _str_or_none}),
-    "agent": (1, {"name": lambda v: isinstance(v, str), "alive": lambda v: isinstance(v, bool)}),
-    "member": (2, {"in": lambda v: isinstance(v, bool)}),
-    "thread": (1, {"created": _is_int}),
+def _json_or_none(v: object) -> bool:
+    """A profile field's value: JSON text (any JSON value), or None for a removed field."""
+    if v is None:
+        return True
+    if not _str_or_none(v):
+        return False
+    try:
+        json.loads(v)  # type: ignore[arg-type]
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+_FIELD_KEY = re.compile(rf"[^\x00-\x1f.]{{1,{MAX_FIELD_KEY_CHARS}}}")
+
+
+def profile_field(group: str, key: str) -> str:
+    """The register field of one key of a profile's ``static`` or ``dynamic`` object."""
+    return f"{group}.{key}"
+
+
+def split_profile_field(field: str) -> tuple[str, str] | None:
+    """(group, key) of a per-key profile field such as ``dynamic.currentTask``, else None."""
+    group, dot, key = field.partition(".")
+    if not dot or group not in PROFILE_GROUPS or not _FIELD_KEY.fullmatch(key):
+        return None
+    return group, key
+
+
+def _prof_field(field: str) -> Callable[[object], bool] | None:
+    if field in ("name", "static", "dynamic"):  # name, and the whole-text fields of older nodes
+        return _str_or_none
+    return _json_or_none if split_profile_field(field) is not None else None
+
+
+# LWW tables: table -> (key arities, {field: value predicate} or a field -> predicate lookup).
+# A profile's key is [role] or [role, instance].
+LWW_SCHEMA: dict[str, tuple[tuple[int, ...], Callable[[str], Callable[[object], bool] | None]]] = {
+    "rcpt": ((3,), {"d": _is_int, "r": _is_int}.get),
+    "prof": ((1, 2), _prof_field),
+    "agent": ((1,), {"name": lambda v: isinstance(v, str), "alive": lambda v: isinstance(v, bool)}.get),
+    "member": ((2,), {"in": lambda v: isinstance(v, bool)}.get),
+    "thread": ((1,), {"created": _is_int}.get),
     # not last-writer-wins: the earliest time wins (``replica.firstseen``)
-    "seen": (1, {"at": _wall_ms}),
+    "seen": ((1,), {"at": _wall_ms}.get),
 }
 
 
@@ -209,10 +280,10 @@ def _check_write(w: object) -> None:
     schema = LWW_SCHEMA.get(table) if isinstance(table, str) else None
     if schema is None:
         raise InvalidOp(f"unknown table {table!r}")
-    arity, fields = schema
-    if not (isinstance(key, list) and len(key) == arity and all(_key_part(k) for k in key)):
-        raise InvalidOp(f"key of {table} must be {arity} strings")
-    check = fields.get(field) if isinstance(field, str) else None
+    arities, fields = schema
+    if not (isinstance(key, list) and len(key) in arities and all(_key_part(k) for k in key)):
+        raise InvalidOp(f"key of {table} must be {' or '.join(map(str, arities))} strings")
+    check = fields(field) if isinstance(field, str) else None
     if check is None:
         raise InvalidOp(f"unknown field {field!r} of {table}")
     if not check(value):
@@ -229,8 +300,9 @@ def _check_set(body: Mapping[str, Any]) -> None:
         _check_write(w)
 
 
-_CHECKS: dict[str, Callable[[Mapping[str, Any]], None]] = {KIND_MSG: _check_msg, KIND_SET: _check_set,
-                                                          **membership.CHECKS}
+_CHECKS: dict[str, Callable[[Mapping[str, Any]], None]] = {
+    KIND_MSG: _check_msg, KIND_SET: _check_set, KIND_RETRACT: _check_retract, **membership.CHECKS,
+}
 
 
 def validate_body(kind: object, body: Mapping[str, Any]) -> None:
@@ -238,3 +310,10 @@ def validate_body(kind: object, body: Mapping[str, Any]) -> None:
     if check is None:
         raise InvalidOp(f"unknown kind {kind!r}")
     check(body)
+
+
+def read_stored(raw: bytes) -> Op:
+    """Decode an op this replica stored (it was verified when it arrived): no signature check."""
+    _unsigned, _sig, header = _unwrap(raw)
+    _version, origin, seq, hlc, kind, body = header
+    return Op(origin=origin, seq=seq, hlc=hlc, kind=kind, body=body, raw=raw)

@@ -93,7 +93,51 @@ INSERT INTO first_seen(role, at)
     SELECT sender, min(hlc) >> 16 FROM ops WHERE id IS NOT NULL AND thread IS NULL GROUP BY sender;
 """
 
-# Fleet membership (``replica.fleet``): who was let in, the rekey ops, and who is removed
+
+
+# v5: names match by key (``names.name_key``) and VantagePeers' message fields. Each message
+# row gains its matching keys (sender, sender instance, channel, target instance), its session
+# day and tenant, and its retraction mark; every op gains its local arrival time in Unix ms,
+# never decreasing along lseq, so a timestamp maps to an arrival position by a binary search
+# over lseq (no index needed). list_messages' filters scan newest first without an index of
+# their own: an audit tool should not slow every write down. ``retractions``
+# holds every retraction op's (message, role, stamp), whether or not its message is here yet.
+# Profiles become one row per (role) or (role, instance), their fields read from ``lww``.
+# ``first_seen`` is keyed by role key. The store then recomputes the keys of existing rows and
+# rebuilds every register and the first-seen times from the ops (``store.rebuild_keys``): signed
+# op bodies never change.
+SCHEMA_KEYS = """
+ALTER TABLE ops ADD COLUMN skey TEXT;
+ALTER TABLE ops ADD COLUMN sikey TEXT;
+ALTER TABLE ops ADD COLUMN ckey TEXT;
+ALTER TABLE ops ADD COLUMN tkey TEXT;
+ALTER TABLE ops ADD COLUMN sday INTEGER;
+ALTER TABLE ops ADD COLUMN tenant TEXT;
+ALTER TABLE ops ADD COLUMN retracted INTEGER;
+ALTER TABLE ops ADD COLUMN arrived INTEGER NOT NULL DEFAULT 0;
+DROP INDEX messages_by_channel;
+DROP VIEW messages;
+CREATE VIEW messages AS
+    SELECT lseq, id, sender, sender_inst, channel, to_inst, thread, content, hlc,
+           skey, sikey, ckey, tkey, sday, tenant, retracted, arrived
+    FROM ops WHERE id IS NOT NULL;
+CREATE INDEX messages_by_ckey ON ops(ckey, lseq) WHERE ckey IS NOT NULL;
+CREATE TABLE retractions(
+    msg_id TEXT NOT NULL, by_key TEXT NOT NULL, hlc INTEGER NOT NULL, PRIMARY KEY(msg_id, by_key, hlc)
+) WITHOUT ROWID;
+DROP TABLE profiles;
+CREATE TABLE profiles(
+    id TEXT PRIMARY KEY, rkey TEXT NOT NULL, ikey TEXT NOT NULL, role TEXT NOT NULL, inst TEXT,
+    first_hlc INTEGER NOT NULL, first_origin BLOB NOT NULL, updated INTEGER NOT NULL
+) WITHOUT ROWID;
+DROP TABLE senders;
+CREATE TABLE senders(
+    rkey TEXT NOT NULL, ikey TEXT NOT NULL, role TEXT NOT NULL, inst TEXT, hlc INTEGER NOT NULL,
+    PRIMARY KEY(rkey, ikey)
+) WITHOUT ROWID;
+"""
+
+# v6: fleet membership (``replica.fleet``): who was let in, the rekey ops, and who is removed
 # with the cutoff past which its ops are refused. Projections of ``admit`` and ``rekey`` ops.
 SCHEMA_FLEET = """
 CREATE TABLE fleet_admits(node BLOB PRIMARY KEY, name TEXT NOT NULL, fleet TEXT NOT NULL,
@@ -103,5 +147,8 @@ CREATE TABLE fleet_rekeys(origin BLOB NOT NULL, seq INTEGER NOT NULL, lseq INTEG
 CREATE TABLE fleet_removed(node BLOB PRIMARY KEY, upto INTEGER NOT NULL) WITHOUT ROWID;
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_THREAD_SEQS, SCHEMA_FIRST_SEEN, SCHEMA_FLEET)
+MIGRATIONS: tuple[str, ...] = (
+    SCHEMA_V1, SCHEMA_V2, SCHEMA_THREAD_SEQS, SCHEMA_FIRST_SEEN, SCHEMA_KEYS, SCHEMA_FLEET,
+)
 LATEST = len(MIGRATIONS)
+KEYED = 5  # the version from which rows carry name keys (older files are rebuilt on upgrade)

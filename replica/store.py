@@ -11,7 +11,18 @@ Invariants:
   3, ... per thread, no gaps, in this replica's arrival order.
 * LWW projections change only when the register write wins: ``_LWW_UPSERT`` is
   ``lww.wins`` in SQL, and ``tests/test_crdt_properties.py`` checks the two agree.
-* ``first_seen`` is a min-register per role (``replica.firstseen``): every op's
+* Names are matched by key (``names.name_key``): a message row carries the
+  keys of its sender, sender instance, channel and target instance, and a
+  register write is filed under the keys of the names in its key
+  (``register_key``), so ``Tau`` and ``tau`` write one receipt or profile.
+  The signed op keeps the name as written; a profile shows the spelling of
+  its first write (lowest stamp), the same on every replica.
+* A retraction takes effect when its role is the message's sender (by key),
+  whichever of the two ops arrives first: the content column is emptied, the
+  search entry removed, and ``retracted`` holds the lowest such stamp.
+* ``arrived`` (Unix ms) never decreases along lseq, so "arrived after T" is
+  "lseq after the last op that arrived at or before T".
+* ``first_seen`` is a min-register per role key (``replica.firstseen``): every op's
   sightings are projected with ``firstseen.record`` (the earliest time stays).
 * sqlite3 errors are translated to ``StoreError`` here and go no further.
 * ``check_file`` opens a file read-only (``mode=ro``): looking never writes.
@@ -20,6 +31,7 @@ Invariants:
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 import threading
 import time
@@ -33,7 +45,9 @@ from replica.errors import StoreError
 from replica.hlc import wall_of
 from replica.lww import join_key
 from replica.models import FileCheck
-from replica.ops import KIND_MSG, Op, message_id
+from replica.names import name_key
+from replica.ops import KIND_MSG, KIND_RETRACT, KIND_SET, TEXT_KEYS, Op, message_id, parse_message_id, read_stored
+from replica.stamps import session_day
 
 BUSY_TIMEOUT_MS = 30_000
 
@@ -100,6 +114,8 @@ class Store:
                 for stmt in script.split(";"):
                     if stmt.strip():
                         cur.execute(stmt)
+            if version < schema.KEYED:
+                rebuild_keys(cur)
             cur.execute(
                 "INSERT INTO meta(k, v) VALUES ('schema_version', ?) "
                 "ON CONFLICT(k) DO UPDATE SET v = excluded.v", (schema.LATEST,),
@@ -179,18 +195,54 @@ def origin_id(cur: sqlite3.Cursor, node: bytes) -> int:
     return int(cur.lastrowid or 0)
 
 
-def store_op(cur: sqlite3.Cursor, oid: int, op: Op) -> int | None:
-    """Store ``op`` with its projections; its lseq if new, None if already held."""
+def message_columns(body: dict[str, Any], hlc: int) -> tuple[Any, ...]:
+    """A message's matching keys, session day and tenant, as stored beside it (pure)."""
+    channel, thread, target = body["c"], body["t"], body["ti"]
+    return (
+        name_key(body["f"]), routing.instance_key(body["fi"]),
+        routing.channel_key(channel) if channel is not None and thread is None else None,
+        name_key(target) if target is not None else None,
+        body.get("sd") or session_day(wall_of(hlc)),
+        name_key(body["tn"]) if body.get("tn") is not None else None,
+    )
+
+
+def arrival_time(cur: sqlite3.Cursor, wall_ms: int) -> int:
+    """The arrival time of ops stored now, in this write transaction: the wall clock, but never
+    before the last op's (so arrival times never decrease along lseq)."""
+    row = cur.execute("SELECT arrived FROM ops ORDER BY lseq DESC LIMIT 1").fetchone()
+    return max(wall_ms, int(row[0]) if row else 0)
+
+
+def position_at(cur: sqlite3.Cursor, arrived_ms: int) -> int:
+    """The highest lseq whose op arrived at or before ``arrived_ms`` (0 if none): a binary search,
+    as arrival times never decrease along lseq."""
+    lo, hi = 0, int(cur.execute("SELECT coalesce(max(lseq), 0) FROM ops").fetchone()[0])
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        row = cur.execute("SELECT lseq, arrived FROM ops WHERE lseq >= ? ORDER BY lseq LIMIT 1", (mid,)).fetchone()
+        if int(row[1]) <= arrived_ms:
+            lo = int(row[0])
+        else:
+            hi = mid - 1
+    return lo
+
+
+def store_op(cur: sqlite3.Cursor, oid: int, op: Op, arrived: int) -> int | None:
+    """Store ``op`` with its projections; its lseq if new, None if held. ``arrived`` comes from
+    ``arrival_time`` in the same transaction."""
     if op.kind == KIND_MSG:
         b = op.body
         cur.execute(
-            "INSERT OR IGNORE INTO ops(oid, seq, blob, id, sender, sender_inst, channel, to_inst, thread, content, hlc)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR IGNORE INTO ops(oid, seq, blob, id, sender, sender_inst, channel, to_inst, thread, content,"
+            " hlc, skey, sikey, ckey, tkey, sday, tenant, arrived)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (oid, op.seq, op.raw, message_id(op.origin, op.seq), b["f"], b["fi"], b["c"], b["ti"], b["t"], b["x"],
-             op.hlc),
+             op.hlc, *message_columns(b, op.hlc), arrived),
         )
     else:
-        cur.execute("INSERT OR IGNORE INTO ops(oid, seq, blob, hlc) VALUES (?, ?, ?, ?)", (oid, op.seq, op.raw, op.hlc))
+        cur.execute("INSERT OR IGNORE INTO ops(oid, seq, blob, hlc, arrived) VALUES (?, ?, ?, ?, ?)",
+                    (oid, op.seq, op.raw, op.hlc, arrived))
     if cur.rowcount != 1:
         return None
     lseq = int(cur.lastrowid or 0)
@@ -211,9 +263,14 @@ def materialize(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
     if op.kind == KIND_MSG:
         if op.body["t"] is not None:
             cur.execute(_NUMBER_IN_THREAD, (lseq, op.body["t"]))
-        keys = routing.route_keys(op.body["c"], op.body["t"])
-        if len(keys) > 1:  # one role or broadcast: found through the channel column
-            cur.executemany("INSERT OR IGNORE INTO routes(role, lseq) VALUES (?, ?)", [(k, lseq) for k in keys])
+        _file_routes(cur, lseq, op.body["c"], op.body["t"])
+        mid = message_id(op.origin, op.seq)
+        if cur.execute("SELECT 1 FROM retractions WHERE msg_id = ? LIMIT 1", (mid,)).fetchone():
+            settle_retraction(cur, mid)  # its retraction came first
+    elif op.kind == KIND_RETRACT:
+        cur.execute("INSERT OR IGNORE INTO retractions(msg_id, by_key, hlc) VALUES (?, ?, ?)",
+                    (op.body["m"], name_key(op.body["f"]), op.hlc))
+        settle_retraction(cur, op.body["m"])
     elif op.kind in membership.KINDS:
         fleetstore.project(cur, lseq, op)
         return
@@ -225,6 +282,46 @@ def materialize(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
         firstseen.record(cur, role, at)
 
 
+def _file_routes(cur: sqlite3.Cursor, lseq: int, channel: str | None, thread: str | None) -> None:
+    keys = routing.route_keys(channel, thread)
+    if len(keys) > 1:  # one role or broadcast: found through the channel key column
+        cur.executemany("INSERT OR IGNORE INTO routes(role, lseq) VALUES (?, ?)", [(k, lseq) for k in keys])
+
+
+def find_message(cur: sqlite3.Cursor, mid: str, columns: str) -> Any:
+    """The ``columns`` of message ``mid``'s row, found through its origin and seq, or None."""
+    parsed = parse_message_id(mid)
+    if parsed is None:
+        return None
+    prefix, seq = parsed
+    return cur.execute(
+        f"SELECT {columns} FROM origins o JOIN ops m ON m.oid = o.oid AND m.seq = ?"
+        " WHERE substr(o.node, 1, ?) = ? AND m.id = ?",
+        (seq, len(prefix), prefix, mid),
+    ).fetchone()
+
+
+def settle_retraction(cur: sqlite3.Cursor, mid: str) -> None:
+    """Apply the retractions of ``mid`` by its sender role, if the message is here: drop its
+    content and search entry, and mark it with the lowest such stamp."""
+    row = find_message(cur, mid, "m.lseq, m.skey, m.retracted, m.content, m.sender, m.channel")
+    if row is None or row[1] is None:
+        return
+    lseq, skey, retracted, content, sender, channel = row
+    first = cur.execute("SELECT min(hlc) FROM retractions WHERE msg_id = ? AND by_key = ?", (mid, skey)).fetchone()[0]
+    if first is None or (retracted is not None and retracted <= first) or channel is None:
+        return
+    if content is not None and lseq <= _fts_upto(cur):  # contentless FTS5 deletes by the indexed values
+        cur.execute("INSERT INTO message_fts(message_fts, rowid, content, sender, channel)"
+                    " VALUES ('delete', ?, ?, ?, ?)", (lseq, content, sender, channel))
+    cur.execute("UPDATE ops SET content = NULL, retracted = ? WHERE lseq = ?", (first, lseq))
+
+
+def _fts_upto(cur: sqlite3.Cursor) -> int:
+    row = cur.execute("SELECT v FROM meta WHERE k = 'fts_upto'").fetchone()
+    return int(row[0]) if row else 0
+
+
 _LWW_UPSERT = (
     "INSERT INTO lww(tbl, k, f, v, hlc, origin) VALUES (?, ?, ?, ?, ?, ?) "
     "ON CONFLICT(tbl, k, f) DO UPDATE SET v = excluded.v, hlc = excluded.hlc, origin = excluded.origin "
@@ -232,10 +329,35 @@ _LWW_UPSERT = (
 )
 
 
+def register_key(table: str, key: list[str]) -> list[str]:
+    """The register a write's key denotes: names in it by their keys (pure).
+
+    A receipt is (message, role, instance or ""); a profile is (role) or (role, instance),
+    an empty instance meaning the role's own profile."""
+    if table == "rcpt":
+        return [key[0], name_key(key[1]), routing.instance_key(key[2])]
+    if table == "prof":
+        inst = routing.instance_key(key[1]) if len(key) > 1 else ""
+        return [name_key(key[0]), inst] if inst else [name_key(key[0])]
+    return key
+
+
+def register_field(table: str, field: str, value: Any) -> tuple[str, Any]:
+    """A profile's whole-text ``static``/``dynamic`` (older nodes) is one key of the object,
+    ``ops.TEXT_KEYS`` (pure)."""
+    if table == "prof" and field in TEXT_KEYS:
+        return f"{field}.{TEXT_KEYS[field]}", None if value is None else json.dumps(value, ensure_ascii=False)
+    return field, value
+
+
 def put_register(cur: sqlite3.Cursor, write: list[Any], hlc: int, origin: bytes) -> bool:
     """Apply one LWW write [table, key, field, value]; project it if it wins."""
-    table, key, field, value = write
+    table, raw_key, raw_field, value = write
+    key = register_key(table, raw_key)
+    field, value = register_field(table, raw_field, value)
     stored = int(value) if isinstance(value, bool) else value
+    if table == "prof":
+        _touch_profile(cur, key, raw_key, hlc, origin)
     cur.execute(_LWW_UPSERT, (table, join_key(key), field, stored, hlc, origin))
     if cur.rowcount != 1:
         return False
@@ -253,13 +375,28 @@ def _project_receipt(cur: sqlite3.Cursor, key: list[str], field: str, value: Any
     )
 
 
-def _project_profile(cur: sqlite3.Cursor, key: list[str], field: str, value: Any, hlc: int) -> None:
+def _touch_profile(cur: sqlite3.Cursor, key: list[str], raw_key: list[str], hlc: int, origin: bytes) -> None:
+    """Every write to a profile (winning or not) counts for its spelling (the first write's) and
+    its update time (the newest write's): both depend only on the set of writes."""
+    role = raw_key[0].strip()
+    inst = raw_key[1].strip() if len(key) > 1 else None
     cur.execute(
-        f"INSERT INTO profiles(id, {field}, updated) VALUES (?, ?, ?) "
-        f"ON CONFLICT(id) DO UPDATE SET {field} = excluded.{field}, "
-        "updated = max(coalesce(updated, 0), excluded.updated)",
-        (key[0], value, wall_of(hlc)),
+        "INSERT INTO profiles(id, rkey, ikey, role, inst, first_hlc, first_origin, updated)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET"
+        " role = CASE WHEN (excluded.first_hlc, excluded.first_origin) < (first_hlc, first_origin)"
+        "   THEN excluded.role ELSE role END,"
+        " inst = CASE WHEN (excluded.first_hlc, excluded.first_origin) < (first_hlc, first_origin)"
+        "   THEN excluded.inst ELSE inst END,"
+        " first_origin = CASE WHEN (excluded.first_hlc, excluded.first_origin) < (first_hlc, first_origin)"
+        "   THEN excluded.first_origin ELSE first_origin END,"
+        " first_hlc = min(first_hlc, excluded.first_hlc),"
+        " updated = max(updated, excluded.updated)",
+        (join_key(key), key[0], key[1] if len(key) > 1 else "", role, inst, hlc, origin, wall_of(hlc)),
     )
+
+
+def _project_nothing(cur: sqlite3.Cursor, key: list[str], field: str, value: Any, hlc: int) -> None:
+    """Profile fields are read from the registers themselves (``lww``)."""
 
 
 def _project_agent(cur: sqlite3.Cursor, key: list[str], field: str, value: Any, hlc: int) -> None:
@@ -286,8 +423,48 @@ def _project_thread(cur: sqlite3.Cursor, key: list[str], field: str, value: Any,
 
 _PROJECT = {
     "rcpt": _project_receipt,
-    "prof": _project_profile,
+    "prof": _project_nothing,
     "agent": _project_agent,
     "member": _project_member,
     "thread": _project_thread,
 }
+
+
+# -- schema v5: recompute what older files lack, from the ops ---------------------------------------
+
+
+def rebuild_keys(cur: sqlite3.Cursor) -> None:
+    """Name keys, session days, routes, arrival times, every register (receipts, profiles,
+    agents, threads, members), the first-seen times and the senders of a file written before v5,
+    recomputed from the ops (their signed bodies are left as they are)."""
+    rows = cur.execute("SELECT lseq, blob FROM ops WHERE id IS NOT NULL").fetchall()
+    cur.execute("DELETE FROM routes")
+    for lseq, blob in rows:
+        op = read_stored(bytes(blob))
+        cur.execute("UPDATE ops SET skey = ?, sikey = ?, ckey = ?, tkey = ?, sday = ?, tenant = ? WHERE lseq = ?",
+                    (*message_columns(op.body, op.hlc), lseq))
+        _file_routes(cur, lseq, op.body["c"], op.body["t"])
+    arrived = 0
+    for lseq, hlc in cur.execute("SELECT lseq, hlc FROM ops ORDER BY lseq").fetchall():
+        arrived = max(arrived, wall_of(int(hlc or 0)))
+        cur.execute("UPDATE ops SET arrived = ? WHERE lseq = ?", (arrived, lseq))
+    _rebuild_registers(cur)
+    cur.execute(
+        "INSERT INTO senders(rkey, ikey, role, inst, hlc)"
+        " SELECT skey, sikey, sender, sender_inst, max(hlc) FROM ops"
+        " WHERE id IS NOT NULL AND thread IS NULL AND lseq <= ? GROUP BY skey, sikey", (_fts_upto(cur),))
+
+
+def _rebuild_registers(cur: sqlite3.Cursor) -> None:
+    """Replay every register write and every first-seen sighting (LWW and min: the order does not
+    matter) into fresh projections."""
+    for table in ("lww", "receipts", "profiles", "agents", "members", "threads", "first_seen"):
+        cur.execute(f"DELETE FROM {table}")
+    for (blob,) in cur.execute("SELECT blob FROM ops").fetchall():
+        op = read_stored(bytes(blob))
+        if op.kind == KIND_SET:
+            for write in op.body["w"]:
+                if write[0] != firstseen.TABLE:
+                    put_register(cur, write, op.hlc, op.origin)
+        for role, at in firstseen.sightings(op):
+            firstseen.record(cur, role, at)

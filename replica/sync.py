@@ -105,6 +105,7 @@ class Sync(ReplicaCore):
         with self._store.write() as cur:
             removed = fleetstore.removed(cur)
             touched: set[int] = set()
+            arrived = store.arrival_time(cur, self._wall())
             for i, op in enumerate(decoded):
                 if removed and membership.barred(removed, op.origin, op.seq, self.node_key):
                     refused += 1
@@ -112,7 +113,7 @@ class Sync(ReplicaCore):
                 oid = self._oids.get(op.origin) or new_oids.get(op.origin)
                 if oid is None:
                     oid = new_oids[op.origin] = store.origin_id(cur, op.origin)
-                lseq = store.store_op(cur, oid, op)
+                lseq = store.store_op(cur, oid, op, arrived)
                 if lseq is not None:
                     new.append(lseq)
                     new_index.append(positions[i])
@@ -183,12 +184,16 @@ class Sync(ReplicaCore):
             return int(cur.execute(LAST_OWN, (self._self_oid,)).fetchone()[1] or 0)
 
     def state_digest(self) -> str:
-        """A hash of the replicated state (messages, LWW registers, first-seen times), not local order."""
+        """A hash of the replicated state (messages, retractions, LWW registers, first-seen times), not
+        local order. A retracted message counts without its content, as every replica holds it."""
         h = hashlib.blake2b(digest_size=16)
         with self._store.read() as cur:
             for row in cur.execute(
-                "SELECT id, sender, sender_inst, channel, to_inst, thread, content, hlc FROM messages ORDER BY id"
+                "SELECT id, sender, sender_inst, channel, to_inst, thread, content, hlc, retracted FROM messages"
+                " ORDER BY id"
             ):
+                h.update(pack(list(row)))
+            for row in cur.execute("SELECT msg_id, by_key, hlc FROM retractions ORDER BY msg_id, by_key, hlc"):
                 h.update(pack(list(row)))
             for row in cur.execute("SELECT tbl, k, f, v, hlc, origin FROM lww ORDER BY tbl, k, f"):
                 h.update(pack(list(row)))

@@ -306,11 +306,12 @@ def test_profile_set_show_and_list(duo: tuple[Daemon, Daemon]) -> None:
     a, b = duo
     ok("profile", "coder6", "--set", "name=Coder Six", "static=writes code", home=a.home)
     out = ok_json("profile", "coder6", "--set", "dynamic=on task 12", home=a.home)
-    assert (out["name"], out["static"], out["dynamic"]) == ("Coder Six", "writes code", "on task 12")
+    assert (out["name"], out["static"], out["dynamic"]) == ("Coder Six", {"role": "writes code"},
+                                                            {"currentTask": "on task 12"})
     shown = wait_until(lambda: (run("profile", "coder6", "--json", home=b.home).stdout or "null"), SPREAD,
                        "the profile on b", interval=0.2)
     got = json.loads(shown)
-    assert got is not None and got["dynamic"] == "on task 12"
+    assert got is not None and got["dynamic"] == {"currentTask": "on task 12"}
     text = ok("profile", "coder6", home=b.home)
     assert "name     Coder Six" in text and "dynamic  on task 12" in text
     listing = ok("profile", home=b.home)

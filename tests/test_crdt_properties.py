@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -9,16 +10,23 @@ from hypothesis import strategies as st
 
 from replica import Replica, firstseen, hlc, lww, ops, store
 from replica.lww import Write
+from replica.names import name_key
 from replica.store import Store
 from tests.conftest import pull
 
-ROLES = ["a", "b", "c"]
+ROLES = ["a", "b", "c", "A", "É", "e\u0301"]
+PROFILE_VALUES = st.one_of(
+    st.text(max_size=5),
+    st.fixed_dictionaries({}, optional={"currentTask": st.text(max_size=5), "sessionCount": st.integers(0, 9)}),
+)
 
 action = st.one_of(
-    st.tuples(st.just("send"), st.sampled_from(ROLES), st.sampled_from(["a", "b", "a,c", "broadcast"]), st.text(max_size=8)),
-    st.tuples(st.just("profile"), st.sampled_from(["p1", "p2"]), st.sampled_from(["name", "static", "dynamic"]), st.text(max_size=5)),
+    st.tuples(st.just("send"), st.sampled_from(ROLES), st.sampled_from(["a", "B", "a,c", "é, A", "broadcast"]), st.text(max_size=8)),
+    st.tuples(st.just("profile"), st.sampled_from(["p1", "P1", "p2"]), st.sampled_from(["name", "static", "dynamic"]), PROFILE_VALUES),
+    st.tuples(st.just("summary"), st.sampled_from(["p1", "P1"]), st.sampled_from([None, "i1", "I1"]), st.text(max_size=5)),
     st.tuples(st.just("check"), st.sampled_from(ROLES), st.none(), st.none()),
     st.tuples(st.just("read"), st.sampled_from(ROLES), st.none(), st.none()),
+    st.tuples(st.just("retract"), st.sampled_from(ROLES), st.none(), st.none()),
     st.tuples(st.just("agent"), st.sampled_from(["x", "y"]), st.booleans(), st.none()),
 )
 
@@ -28,7 +36,13 @@ def _run(r: Replica, act: tuple[Any, ...]) -> None:
     if kind == "send":
         r.send_message(a, b, c)
     elif kind == "profile":
-        r.update_profile(a, **{b: c})
+        r.update_profile(a, **{b: c if b != "name" or isinstance(c, str) else str(c)})
+    elif kind == "summary":
+        r.set_summary(a, c, b)
+    elif kind == "retract":
+        mine = [m for m in r.list_messages(from_=a).messages if m.retracted is None]
+        if mine:
+            r.retract_message(mine[0].id, a)
     elif kind == "check":
         r.check_messages(a)
     elif kind == "read":
@@ -115,21 +129,31 @@ def test_lww_merge_laws(ws: list[Write], data: st.DataObject) -> None:
     assert m(m({}, xs), xs) == m({}, xs)
 
 
-# Registers of two tables with their projections: a profile field (text) and a receipt time (int).
+# Register writes as ops carry them, to two tables with projections: profile fields (a name, the
+# whole text of an older node, keys of its objects as JSON text) and receipt times, under names
+# that differ in case and Unicode form.
+_profile_value = st.text(max_size=4)
 registers = st.one_of(
-    st.tuples(st.just("prof"), st.sampled_from([("p1",), ("p2",)]), st.sampled_from(["name", "dynamic"]),
-              st.text(max_size=4)),
-    st.tuples(st.just("rcpt"), st.sampled_from([("m-1", "r", ""), ("m-1", "r", "i")]), st.sampled_from(["d", "r"]),
-              st.integers(0, 10**6)),
+    st.tuples(st.just("prof"), st.sampled_from([("p1",), ("P1",), ("p2",), ("p1", "i"), ("p1", "")]),
+              st.sampled_from(["name", "dynamic"]), _profile_value),
+    st.tuples(st.just("prof"), st.sampled_from([("p1",), ("P1",), ("p1", "I")]),
+              st.sampled_from(["dynamic.currentTask", "static.role"]), _profile_value.map(json.dumps)),
+    st.tuples(st.just("rcpt"), st.sampled_from([("m-1", "r", ""), ("m-1", "R", ""), ("m-1", "r", "é"),
+                                                ("m-1", "r", "E\u0301")]),
+              st.sampled_from(["d", "r"]), st.integers(0, 10**6)),
 )
 stored_writes = st.lists(st.tuples(registers, stamps), max_size=24, unique_by=lambda w: w[1])
 
 
+def _model_write(table: str, key: tuple[str, ...], field: str, value: Any, stamp: Any) -> Write:
+    """A write as the pure rules file it: names by key, an older node's whole text as the ``text`` key."""
+    field, value = store.register_field(table, field, value)
+    return Write((table, lww.join_key(store.register_key(table, list(key))), field), value, stamp)
+
+
 def _projected(cur: Any) -> dict[tuple[str, str, str], object]:
-    """Every register as the store's projection tables show it."""
+    """Every receipt register as the receipts table shows it."""
     out: dict[tuple[str, str, str], object] = {}
-    for pid, name, dynamic in cur.execute("SELECT id, name, dynamic FROM profiles"):
-        out.update({("prof", pid, "name"): name, ("prof", pid, "dynamic"): dynamic})
     for msg, role, inst, delivered, read in cur.execute("SELECT msg_id, role, inst, delivered, read FROM receipts"):
         key = lww.join_key([msg, role, inst])
         out.update({("rcpt", key, "d"): delivered, ("rcpt", key, "r"): read})
@@ -139,9 +163,9 @@ def _projected(cur: Any) -> dict[tuple[str, str, str], object]:
 @given(ws=stored_writes, data=st.data())
 def test_store_upsert_keeps_what_the_pure_lww_rule_keeps(ws: list[tuple[Any, Any]], data: st.DataObject) -> None:
     """Register writes put into the SQLite store in any order, some twice, leave every register
-    (and its projection) at the value ``lww.merge`` picks."""
+    (and its projection) at the value ``lww.merge`` picks, once names are keyed."""
     order = data.draw(st.permutations(ws + data.draw(st.lists(st.sampled_from(ws)) if ws else st.just([]))))
-    model = lww.merge({}, [Write((t, lww.join_key(k), f), v, stamp) for (t, k, f, v), stamp in ws])
+    model = lww.merge({}, [_model_write(t, k, f, v, stamp) for (t, k, f, v), stamp in ws])
     st_ = Store(":memory:")
     with st_.write() as cur:
         for (table, key, field, value), (hlc_, origin) in order:
@@ -149,9 +173,11 @@ def test_store_upsert_keeps_what_the_pure_lww_rule_keeps(ws: list[tuple[Any, Any
     with st_.read() as cur:
         held = {(t, k, f): (v, (h, bytes(o))) for t, k, f, v, h, o in cur.execute("SELECT * FROM lww")}
         projected = _projected(cur)
+        profiles = {r[0] for r in cur.execute("SELECT id FROM profiles")}
     st_.close()
     assert held == {key: (w.value, w.stamp) for key, w in model.items()}
-    assert projected == {key: w.value for key, w in model.items()}
+    assert projected == {key: w.value for key, w in model.items() if key[0] == "rcpt"}
+    assert profiles == {key[1] for key in model if key[0] == "prof"}
 
 
 def test_lww_tie_on_hlc_resolved_by_origin() -> None:
@@ -253,5 +279,5 @@ def test_store_first_seen_is_the_pure_min_whatever_the_order(plan: list[tuple[in
     with replica._store.read() as cur:
         held = dict(cur.execute("SELECT role, at FROM first_seen").fetchall())
     assert held == model
-    assert set(held) == {role for _, (kind, role, _) in plan if kind != "thread"}  # agents are not roles
+    assert set(held) == {name_key(role) for _, (kind, role, _) in plan if kind != "thread"}  # agents are not roles
     assert all(held[role] <= 10**12 + 3 * 86_400_000 for role in held)

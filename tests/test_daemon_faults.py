@@ -124,8 +124,8 @@ def test_rejoining_daemon_pulls_a_large_backlog_from_two_peers_without_round_err
     fleet.mesh()
     fleet.start()
     c.stop()
-    with open_home(a.home) as rep:  # ~2 MB: several 256 KiB pages
-        backlog = {rep.send_message("bulk", "archive", f"{i} " + "y" * 8000).id for i in range(250)}
+    with open_home(a.home) as rep:  # ~4 MB: several 1 MiB pages
+        backlog = {rep.send_message("bulk", "archive", f"{i} " + "y" * 8000).id for i in range(500)}
     wait_until(lambda: backlog <= message_ids(b.db), CATCH_UP, "the backlog on b")
     c.restart()
     wait_until(lambda: backlog <= message_ids(c.db), CATCH_UP, "the backlog on c")

@@ -131,7 +131,7 @@ def test_partitioned_groups_converge_after_heal(partition: Partition, groups: tu
     profiles = [d.profiles() for d in everyone]
     assert all(p == profiles[0] for p in profiles)
     shared = next(p for p in profiles[0] if p["orchestrator_id"] == "orch-split")
-    assert shared["dynamic"] in {"the left side's view", "the right side's view"}
+    assert shared["dynamic"]["currentTask"] in {"the left side's view", "the right side's view"}
     for d in everyone:
         states = d.message_status(hello["l1"])
         assert [s["read_at"] is not None for s in states if s["role"] == "team"] == [True]

@@ -18,7 +18,7 @@ from tests.daemons import Daemon, Fleet, message_ids, post_raw, read_only, wait_
 pytest_plugins = ["tests.daemons"]
 
 MiB = 1024 * 1024
-MAX_CONTENT = 64 * 1024
+MAX_CONTENT = ops.MAX_CONTENT_BYTES
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +103,7 @@ BAD_OPS: dict[str, tuple[BadBatch, str]] = {
     "signed but oversized content": (
         lambda a, good: [_signed_op(identity.generate(), 1, "z" * (MAX_CONTENT + 1))], "content exceeds"),
     "signed but malformed body": (
-        lambda a, good: [_signed_op(identity.generate(), 1, "hi", extra="key")], "exactly the keys"),
+        lambda a, good: [_signed_op(identity.generate(), 1, "hi", extra="key")], "msg body must have the keys"),
     "valid op batched with an altered one": (
         lambda a, good: [good, _altered(good, body={"x": "tampered"})], "bad signature"),
 }
@@ -180,7 +180,7 @@ def test_oversized_peer_body_gets_413(trio: tuple[Fleet, Daemon, Daemon, Daemon]
 
 
 def test_content_over_64k_via_local_api_gets_400(trio: tuple[Fleet, Daemon, Daemon, Daemon]) -> None:
-    """/api/send refuses content over 64 KiB with 400 and a reason, stores nothing; exactly 64 KiB is fine."""
+    """/api/send refuses content over 900,000 bytes with 400 and a reason, stores nothing; exactly that is fine."""
     _, a, _, _ = trio
     before = stored_state(a)
     status, body = a.call("POST", "/api/send", {"from": "big", "channel": "sink", "content": "é" * (MAX_CONTENT // 2 + 1)})

@@ -43,10 +43,10 @@ async def test_send_on_a_wakes_waiting_check_on_b_and_read_shows_on_a(fleet: Fle
         assert [m["content"] for m in inbox["messages"]] == ["across the fleet"]
         assert woke_after < patience(5), f"B woke {woke_after:.2f} s after the send"
         marked = data(await cb.call_tool("mark_as_read", {"receiptIds": [inbox["messages"][0]["receiptId"]]}))
-        assert marked["marked"] == 1
+        assert marked["markedAsRead"] == 1
 
         async def read_on_a() -> bool:
-            status = data(await ca.call_tool("message_status", {"messageId": sent["id"]}))
+            status = data(await ca.call_tool("message_status", {"messageId": sent["messageId"]}))
             return any(r["role"] == "beta" and r["readAt"] for r in status["recipients"])
 
         for _ in range(200):
@@ -65,8 +65,8 @@ async def test_offline_stdio_send_is_delivered_once_a_daemon_starts(fleet: Fleet
     params = StdioServerParameters(command=str(PEERD), args=["mcp", "--home", str(a.home), "--role", "alpha"])
     async with Client(params) as c:
         sent = data(await c.call_tool("send_message", {"channel": "beta", "content": "written offline"}))
-    assert not b.has_message(sent["id"])
+    assert not b.has_message(sent["messageId"])
     fleet.start(a)
-    await asyncio.to_thread(wait_until, lambda: b.has_message(sent["id"]), 20, "B to receive the offline write")
+    await asyncio.to_thread(wait_until, lambda: b.has_message(sent["messageId"]), 20, "B to receive the offline write")
     inbox = b.check("beta")
     assert [m["content"] for m in inbox["messages"]] == ["written offline"]

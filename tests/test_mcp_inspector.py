@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from mcp_server import FeedWaiter
+from mcp_server import TOOLS, FeedWaiter
 from peerd.local import LocalServer, build_app, mcp_builder
 from replica import open_home
 from replica.feed import ChangeFeed
@@ -69,16 +69,59 @@ def result_of(run: Run) -> Any:
 async def check_inspector(env: dict[str, str], target: list[str], command: list[str], role: str) -> None:
     """``target`` goes before the method options, ``command`` (a stdio server after ``--``) after them."""
     listed = result_of(await inspect(env, *target, "--method", "tools/list", "--strict", *command))
-    assert len(listed["tools"]) == 20
+    assert len(listed["tools"]) == len(TOOLS)
     assert all(t["description"] and t["outputSchema"] for t in listed["tools"])
     call = ["--method", "tools/call", "--tool-name"]
     sent = result_of(await inspect(env, *target, *call, "send_message", "--tool-args-json",
                                    '{"channel": "beta", "content": "7"}', *command))
     assert sent["structuredContent"]["from"] == role and sent["isError"] is False
-    failed = await inspect(env, *target, *call, "mark_as_read", "--tool-args-json",
-                           '{"receiptIds": ["no-such-receipt"]}', *command)
+    failed = await inspect(env, *target, *call, "get_message", "--tool-args-json",
+                           '{"messageId": "no-such-message"}', *command)
     assert failed.code == TOOL_ERROR_EXIT, (failed.code, failed.out, failed.err)
-    assert "not_found: unknown receipt id" in failed.out + failed.err
+    assert "not_found: unknown message id" in failed.out + failed.err
+
+
+async def check_vantagepeers_calls(env: dict[str, str], target: list[str], command: list[str]) -> None:
+    """VantagePeers' own payloads through the Inspector: nested profile objects, a null profile, since as
+    ISO-8601, mark_as_read with one id, and a strict refusal naming the unknown key."""
+    call = ["--method", "tools/call", "--tool-name"]
+
+    async def tool(name: str, args: dict[str, Any]) -> Any:
+        return result_of(await inspect(env, *target, *call, name, "--tool-args-json", json.dumps(args), *command))
+
+    made = await tool("update_profile", {
+        "orchestratorId": "delta", "name": "Delta",
+        "static": {"role": "Spécialiste des pipelines de données", "workspace": "/home/user/projects",
+                   "capabilities": ["etl", "sql", "python"]},
+        "dynamic": {"currentTask": "Configuration initiale", "lastSeen": 1780000009000, "sessionCount": 1}})
+    assert made["structuredContent"]["profile"]["static"]["capabilities"] == ["etl", "sql", "python"]
+    assert (await tool("get_profile", {"orchestratorId": "nobody"}))["structuredContent"]["profile"] is None
+    await tool("send_message", {"from": "delta", "channel": "broadcast", "content": "Delta en ligne"})
+    inbox = await tool("check_messages", {"recipient": "gamma", "since": "2020-01-01T00:00:00Z"})
+    [msg] = inbox["structuredContent"]["messages"]
+    assert msg["content"] == "Delta en ligne"
+    assert (await tool("mark_as_read", {"receiptIds": msg["receiptId"]}))["structuredContent"]["markedAsRead"] == 1
+    bogus = await inspect(env, *target, *call, "set_summary", "--tool-args-json",
+                          '{"orchestratorId": "alpha", "summary": "s", "bogusStaleParam": "x"}', *command)
+    assert bogus.code == TOOL_ERROR_EXIT and "unknown argument 'bogusStaleParam'" in bogus.out + bogus.err
+
+
+async def test_inspector_runs_vantagepeers_payloads_over_stdio_and_http(tmp_path: Path,
+                                                                         inspector_env: dict[str, str]) -> None:
+    """VantagePeers' payloads pass through the Inspector CLI on both transports."""
+    home = tmp_path / "home"
+    open_home(home).close()
+    await check_vantagepeers_calls(inspector_env, ["--transport", "stdio"],
+                                   ["--", sys.executable, "-m", "mcp_server", "--home", str(home)])
+    with open_home(tmp_path / "http-home") as replica:
+        feed = ChangeFeed(replica)
+        waiter = FeedWaiter(feed)
+        try:
+            async with LocalServer(build_app([], mcp_builder(replica, waiter))) as server:
+                await check_vantagepeers_calls(inspector_env, [server.mcp_url, "--transport", "http"], [])
+        finally:
+            waiter.close()
+            feed.close()
 
 
 async def test_inspector_over_stdio(tmp_path: Path, inspector_env: dict[str, str]) -> None:

@@ -74,14 +74,14 @@ async def test_search_finds_messages_with_every_word_and_filters(replica: Replic
         assert all("staging" in h["content"] and "cluster" in h["content"] for h in both["hits"])
         assert (await search(client, query="lunch"))["hits"][0]["channel"] == "broadcast"
         from_planner = await search(client, **{"query": "staging", "from": "planner"})
-        assert {h["sender"] for h in from_planner["hits"]} == {"planner"} and len(from_planner["hits"]) == 2
+        assert {h["from"] for h in from_planner["hits"]} == {"planner"} and len(from_planner["hits"]) == 2
         to_tester = await search(client, query="staging", channel="tester")
         assert sorted(h["content"] for h in to_tester["hits"]) == [
             "cluster upgrade on staging postponed", "staging cluster looks healthy"]
-        reviewer = next(h for h in both["hits"] if h["sender"] == "reviewer")
-        assert reviewer["senderInstanceId"] == "r1" and reviewer["threadId"] is None
+        reviewer = next(h for h in both["hits"] if h["from"] == "reviewer")
+        assert reviewer["fromInstanceId"] == "r1" and reviewer["threadId"] is None
         later = await search(client, query="staging", since=first.seq)
-        assert first.id not in {h["id"] for h in later["hits"]} and len(later["hits"]) == 2
+        assert first.id not in {h["messageId"] for h in later["hits"]} and len(later["hits"]) == 2
         assert len((await search(client, query="staging", limit=1))["hits"]) == 1
         assert (await search(client, query="nothing-like-this"))["hits"] == []
 
@@ -96,7 +96,7 @@ async def test_search_ignores_a_session_binding_and_names_thread_senders(replica
         hits = (await search(client, query="quarterly"))["hits"]
     assert len(hits) == 2
     thread_hit = next(h for h in hits if h["threadId"] == tid)
-    assert thread_hit["sender"] == "alice" and thread_hit["channel"] is None
+    assert thread_hit["from"] == "alice" and thread_hit["channel"] is None
 
 
 async def test_search_operators_are_plain_words(replica: Replica) -> None:

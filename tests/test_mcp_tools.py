@@ -8,7 +8,6 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +19,16 @@ from mcp_server import FeedWaiter, SessionBinding, build_server
 from mcp_server import schemas as s
 from mcp_server.server import error_code, request_binding
 from mcp_server.tools import merge_peers
-from replica import InvalidArgument, NotFound, Replica, SenderSeen, StoreError, open_home
+from replica import InvalidArgument, NotFound, Profile, Replica, SenderSeen, StoreError, open_home
 from replica.feed import ChangeFeed
+from replica.stamps import iso_ms, ms_of_iso
 
 TOOL_NAMES = {
     "send_message", "check_messages", "mark_as_read", "list_peers", "update_profile", "get_profile",
     "message_status", "whoami", "create_agent", "delete_account", "create_thread", "join_thread",
     "leave_thread", "thread_info", "thread_status", "append", "poll", "has_unread", "mark_read", "search_messages",
+    "delete_message", "get_message", "list_messages", "list_broadcast_status", "search_messages_by_keyword",
+    "set_summary",
 }
 
 
@@ -95,12 +97,13 @@ async def test_argument_names_are_exactly_the_established_ones(node: Node) -> No
     async with connect(node) as client:
         schemas = {t.name: t.input_schema for t in (await client.list_tools()).tools}
         assert set(schemas["send_message"]["properties"]) == {
-            "from", "channel", "content", "instanceId", "fromInstanceId"}
+            "from", "channel", "content", "instanceId", "fromInstanceId", "sessionDay", "tenantId"}
         assert set(schemas["send_message"]["required"]) == {"channel", "content"}
         assert set(schemas["check_messages"]["properties"]) == {
-            "recipient", "recipientInstanceId", "since", "limit", "wait"}
+            "recipient", "recipientInstanceId", "since", "limit", "wait", "tenantId"}
         assert schemas["mark_as_read"]["required"] == ["receiptIds"]
-        assert set(schemas["update_profile"]["properties"]) == {"orchestratorId", "name", "static", "dynamic"}
+        assert set(schemas["update_profile"]["properties"]) == {
+            "orchestratorId", "instanceId", "name", "static", "dynamic"}
         assert schemas["create_thread"]["required"] == ["participant_names"]
         assert set(schemas["append"]["required"]) == {"thread_id", "sender_name", "content"}
         assert set(schemas["mark_read"]["required"]) == {"thread_id", "agent_name", "seq"}
@@ -116,16 +119,18 @@ async def test_message_round_trip_send_check_mark_status(node: Node) -> None:
     async with connect(node) as client:
         sent = await ok(client, "send_message", **{"from": "alpha", "channel": "beta", "content": "hello"})
         assert sent["from"] == "alpha" and sent["recipients"] == ["beta"]
-        status = await ok(client, "message_status", messageId=sent["id"])
+        status = await ok(client, "message_status", messageId=sent["messageId"])
         assert [r["state"] for r in status["recipients"]] == ["pending"]
         inbox = await ok(client, "check_messages", recipient="beta")
         [msg] = inbox["messages"]
-        assert (msg["id"], msg["sender"], msg["channel"], msg["content"]) == (sent["id"], "alpha", "beta", "hello")
+        assert (msg["messageId"], msg["from"], msg["channel"], msg["content"]) == (
+            sent["messageId"], "alpha", "beta", "hello")
         assert msg["deliveredAt"] is not None and msg["readAt"] is None and inbox["cursor"] == msg["seq"]
-        status = await ok(client, "message_status", messageId=sent["id"])
+        assert msg["createdAt"] == sent["createdAt"] and isinstance(msg["createdAt"], int)
+        status = await ok(client, "message_status", messageId=sent["messageId"])
         assert status["recipients"][0]["state"] == "delivered"
-        assert (await ok(client, "mark_as_read", receiptIds=[msg["receiptId"]]))["marked"] == 1
-        status = await ok(client, "message_status", messageId=sent["id"])
+        assert (await ok(client, "mark_as_read", receiptIds=[msg["receiptId"]]))["markedAsRead"] == 1
+        status = await ok(client, "message_status", messageId=sent["messageId"])
         assert status["recipients"][0]["state"] == "read" and status["recipients"][0]["readAt"] is not None
         assert (await ok(client, "check_messages", recipient="beta"))["messages"] == []
 
@@ -163,6 +168,9 @@ async def test_receipt_ids_may_come_as_json_text(node: Node) -> None:
         await ok(client, "send_message", **{"from": "a", "channel": "b", "content": "x"})
         rid = (await ok(client, "check_messages", recipient="b"))["messages"][0]["receiptId"]
         assert (await ok(client, "mark_as_read", receiptIds=json.dumps([rid])))["marked"] == 1
+        await ok(client, "send_message", **{"from": "a", "channel": "b", "content": "y"})
+        rid = (await ok(client, "check_messages", recipient="b"))["messages"][0]["receiptId"]
+        assert (await ok(client, "mark_as_read", receiptIds=rid))["markedAsRead"] == 1  # one id, not in a list
 
 
 async def test_session_binding_fills_role_and_instance_and_arguments_win(node: Node) -> None:
@@ -178,20 +186,22 @@ async def test_session_binding_fills_role_and_instance_and_arguments_win(node: N
         assert (inbox["recipient"], inbox["recipientInstanceId"]) == ("alpha", "a1")
         assert [m["content"] for m in inbox["messages"]] == ["explicit"]
         assert (await ok(c, "update_profile", dynamic="busy"))["orchestratorId"] == "alpha"
-        assert (await ok(c, "get_profile"))["dynamic"] == "busy"
+        assert (await ok(c, "get_profile"))["profile"]["dynamic"]["currentTask"] == "busy"
 
 
 async def test_profiles_update_fieldwise_and_peers_list_them(node: Node) -> None:
-    """update_profile keeps fields left out; list_peers shows known roles with summary and lastSeen."""
+    """update_profile keeps fields and keys left out; list_peers shows role, current task and lastSeen."""
     async with connect(node) as client:
-        await ok(client, "update_profile", orchestratorId="alpha", name="Alpha", static="builds things")
-        prof = await ok(client, "update_profile", orchestratorId="alpha", dynamic="reviewing #12")
-        assert (prof["name"], prof["static"], prof["dynamic"]) == ("Alpha", "builds things", "reviewing #12")
-        assert await ok(client, "get_profile", orchestratorId="alpha") == prof
-        peers = (await ok(client, "list_peers"))["peers"]
-        assert [(p["id"], p["name"], p["summary"], p["reachable"]) for p in peers] == [
-            ("alpha", "Alpha", "reviewing #12", True)]
-        assert peers[0]["lastSeen"] == prof["updated"]
+        await ok(client, "update_profile", orchestratorId="alpha", name="Alpha", static={"role": "builds things"})
+        got = await ok(client, "update_profile", orchestratorId="alpha", dynamic={"currentTask": "reviewing #12"})
+        prof = got["profile"]
+        assert (got["name"], prof["static"]["role"], prof["dynamic"]["currentTask"]) == (
+            "Alpha", "builds things", "reviewing #12")
+        assert await ok(client, "get_profile", orchestratorId="alpha") == got
+        peers = (await ok(client, "list_peers"))["items"]
+        assert [(p["id"], p["name"], p["role"], p["currentTask"], p["reachable"]) for p in peers] == [
+            ("alpha", "Alpha", "builds things", "reviewing #12", True)]
+        assert ms_of_iso(peers[0]["lastSeen"]) == prof["updatedAt"]
 
 
 async def test_whoami_reports_node_and_fleet(node: Node) -> None:
@@ -201,16 +211,17 @@ async def test_whoami_reports_node_and_fleet(node: Node) -> None:
                                               "instanceId": None}
 
 
-def test_merge_peers_prefers_recent_senders() -> None:
-    """A role seen sending replaces its profile-only entry with its instance and liveness."""
-    now = datetime(2030, 1, 1, tzinfo=UTC)
-    old = (now - timedelta(hours=2)).isoformat()
-    profiles = [s.ProfileOut(orchestrator_id=r, name=r.upper(), static="st", dynamic=None, updated=old)
-                for r in ("a", "b")]
-    senders = [SenderSeen("b", "b1", now.isoformat(), 0), SenderSeen("c", None, old, 0)]
-    peers = merge_peers(profiles, senders, now)
-    assert [(p.id, p.instance_id, p.name, p.summary, p.reachable) for p in peers] == [
-        ("a", None, "A", "st", False), ("b", "b1", "B", "st", True), ("c", None, None, None, False)]
+def test_merge_peers_adds_instances_seen_sending() -> None:
+    """Every profile is an entry; an instance seen sending without a profile of its own gets one built on
+    its role's profile (spelt as the profile is), and liveness is the newest of updates and messages."""
+    now = 1_900_000_000_000
+    old = iso_ms(now - 2 * 3600 * 1000)
+    profiles = [Profile(r, r.upper(), {"role": "st"}, {}, old, None, old, f"pf_{r}") for r in ("a", "b")]
+    senders = [SenderSeen("B", "b1", iso_ms(now), 0), SenderSeen("c", None, old, 0)]
+    peers = [p for _k, p in merge_peers(profiles, senders, now)]
+    assert [(p.id, p.instance_id, p.name, p.role, p.reachable, p.profile_id) for p in peers] == [
+        ("a", "a", "A", "st", False, "pf_a"), ("b", "b", "B", "st", False, "pf_b"),
+        ("b", "b1", "b1", "st", True, None), ("c", "c", "c", "", False, None)]
 
 
 # -- threads ---------------------------------------------------------------------------------
@@ -261,7 +272,7 @@ async def make_world(client: Client) -> dict[str, str]:
         await ok(client, "create_agent", name=name)
     tid = (await ok(client, "create_thread", participant_names=["alice", "bob"]))["thread_id"]
     await ok(client, "append", thread_id=tid, sender_name="alice", content="x")
-    mid = (await ok(client, "send_message", **{"from": "alpha", "channel": "beta", "content": "m"}))["id"]
+    mid = (await ok(client, "send_message", **{"from": "alpha", "channel": "beta", "content": "m"}))["messageId"]
     rid = (await ok(client, "check_messages", recipient="beta"))["messages"][0]["receiptId"]
     await ok(client, "update_profile", orchestratorId="alpha", name="Alpha")
     return {"tid": tid, "mid": mid, "rid": rid}
@@ -275,18 +286,16 @@ BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("send_message", {"channel": "b", "content": "x"}, "invalid_argument: 'from' is required"),
     ("send_message", {"from": " ", "channel": "b", "content": "x"}, "invalid_argument"),
     ("send_message", {"from": "a", "channel": " , ", "content": "x"}, "invalid_argument"),
-    ("send_message", {"from": "a", "channel": "b", "content": "x" * (64 * 1024 + 1)}, "invalid_argument"),
+    ("send_message", {"from": "a", "channel": "b", "content": "x" * (900_000 + 1)}, "invalid_argument"),
     ("check_messages", {"recipient": "beta", "limit": 0}, "invalid_argument: 'limit'"),
-    ("check_messages", {"recipient": "beta", "since": -1}, "invalid_argument: 'since'"),
+    ("check_messages", {"recipient": "beta", "since": -1}, "invalid_argument: since must be between 0"),
     ("check_messages", {"recipient": "beta", "wait": -1}, "invalid_argument: 'wait'"),
     ("check_messages", {}, "invalid_argument: 'recipient' is required"),
     ("mark_as_read", {"receiptIds": []}, "invalid_argument: 'receiptIds'"),
-    ("mark_as_read", {"receiptIds": "{rid}"}, "invalid_argument: 'receiptIds'"),
-    ("mark_as_read", {"receiptIds": ["{rid}", "nope"]}, "not_found: unknown receipt id"),
+    ("mark_as_read", {"receiptIds": 5}, "invalid_argument: 'receiptIds'"),
+    ("mark_as_read", {"receiptIds": ["{rid}", ""]}, "invalid_argument: receipt id must be a non-empty string"),
     ("list_peers", {"verbose": True}, "invalid_argument: unknown argument 'verbose'"),
-    ("update_profile", {"orchestratorId": "alpha"}, "invalid_argument: give at least one"),
     ("update_profile", {"orchestratorId": "alpha", "name": 3}, "invalid_argument: 'name'"),
-    ("get_profile", {"orchestratorId": "nobody"}, "not_found: no profile for 'nobody'"),
     ("message_status", {"messageId": "nope"}, "not_found"),
     ("message_status", {}, "invalid_argument: missing required argument 'messageId'"),
     ("whoami", {"role": "x"}, "invalid_argument: unknown argument 'role'"),

@@ -18,7 +18,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
-from mcp_server import FeedWaiter
+from mcp_server import TOOLS, FeedWaiter
 from mcp_server.__main__ import parse_args
 from peerd.local import LocalServer, build_app, mcp_builder
 from replica import Replica, open_home
@@ -75,14 +75,14 @@ async def http_server(replica: Replica) -> AsyncIterator[LocalServer]:
 async def test_stdio_server_serves_tools_bound_by_command_line(home: Path, replica: Replica) -> None:
     """`python -m mcp_server --home DIR --role R --instance I` lists tools and writes the home's replica."""
     async with Client(stdio_params(home, "--role", "alpha", "--instance", "a1")) as c:
-        assert len((await c.list_tools()).tools) == 20
+        assert len((await c.list_tools()).tools) == len(TOOLS)
         me = data(await c.call_tool("whoami", {}))
         assert (me["nodeId"], me["role"], me["instanceId"]) == (replica.node_id, "alpha", "a1")
         sent = data(await c.call_tool("send_message", {"channel": "beta", "content": "over stdio"}))
-        bad = await c.call_tool("mark_as_read", {"receiptIds": ["nope"]})
+        bad = await c.call_tool("mark_as_read", {"receiptIds": [""]})
         assert bad.is_error
     [msg] = replica.check_messages("beta").messages
-    assert (msg.id, msg.sender, msg.sender_instance, msg.content) == (sent["id"], "alpha", "a1", "over stdio")
+    assert (msg.id, msg.sender, msg.sender_instance, msg.content) == (sent["messageId"], "alpha", "a1", "over stdio")
 
 
 async def test_stdio_wait_wakes_on_a_write_from_another_process(home: Path, replica: Replica) -> None:

@@ -132,6 +132,21 @@ def test_a_late_removal_retracts_what_arrived_above_the_cutoff() -> None:
     assert b.max_lseq() > before  # arrival positions never go back
 
 
+def test_a_late_removal_takes_thread_messages_above_the_cutoff_out_of_the_thread() -> None:
+    """A removed node's thread message that arrived above its cutoff is no longer polled."""
+    a, b, x = Replica.open(), Replica.open(), Replica.open()
+    ann, bob = x.create_agent("ann"), x.create_agent("bob")
+    thread = x.create_thread(ann, bob)
+    x.append(thread, ann, "kept")
+    fill(x, a)
+    x.append(thread, bob, "dropped")
+    fill(x, b)
+    assert [m.content for m in b.poll(thread)] == ["kept", "dropped"]
+    a.remove_node(x.node_key, os.urandom(32), "0" * 16)
+    fill(a, b)
+    assert [m.content for m in b.poll(thread)] == ["kept"]
+
+
 def test_the_new_key_opens_only_for_remaining_members() -> None:
     """Every remaining member opens the same new key from its entry; the removed node opens none."""
     a, b, x = Replica.open(), Replica.open(), Replica.open()

@@ -108,7 +108,7 @@ def test_message_status_unknown_id(mem: Replica) -> None:
         ({"from_": "", "channel": "b", "content": "x"}, "from must be a non-empty string"),
         ({"from_": "a", "channel": " , ", "content": "x"}, "channel names no role"),
         ({"from_": "a", "channel": "b", "content": 5}, "content must be a string"),
-        ({"from_": "a", "channel": "b", "content": "x" * (MAX_CONTENT_BYTES + 1)}, "limit is 65536 bytes"),
+        ({"from_": "a", "channel": "b", "content": "x" * (MAX_CONTENT_BYTES + 1)}, "limit is 900000 bytes"),
         ({"from_": "a", "channel": "b", "content": "x", "instance_id": ""}, "instanceId"),
         ({"from_": "a" * 300, "channel": "b", "content": "x"}, "longer than 256"),
         ({"from_": "a\n", "channel": "b\x00", "content": "x"}, "control characters"),
@@ -135,14 +135,16 @@ def test_bad_check_arguments(mem: Replica) -> None:
         mem.mark_as_read("abc")
 
 
-def test_integers_of_2_63_and_more_are_bad_arguments_not_store_errors(mem: Replica) -> None:
-    """Cursors of 2^63 or more (SQLite's integers end at 2^63 - 1) and such message ids are clear errors."""
+def test_integers_beyond_2_53_are_bad_arguments_not_store_errors(mem: Replica) -> None:
+    """Cursors beyond 2^53 - 1 (the largest integer JSON clients carry exactly; SQLite's end at 2^63 - 1)
+    and message ids with seqs of 2^63 or more are clear errors."""
     sent = mem.send_message("alpha", "beta", "hi")
-    with pytest.raises(InvalidArgument, match="since must be between 0 and 9223372036854775807"):
-        mem.check_messages("beta", since=2**63)
-    with pytest.raises(InvalidArgument, match="since must be between"):
-        mem.search_messages("hi", since=2**63)
-    assert mem.check_messages("beta", since=2**63 - 1).messages == []
+    for since in (2**53, 2**63, 2**64):
+        with pytest.raises(InvalidArgument, match="since must be between 0 and 9007199254740991"):
+            mem.check_messages("beta", since=since)
+        with pytest.raises(InvalidArgument, match="since must be between"):
+            mem.search_messages("hi", since=since)
+    assert mem.check_messages("beta", since=2**53 - 1).messages == []
     prefix = sent.id.split("-")[0]
     for seq in (2**63, 10**19 - 1):
         with pytest.raises(NotFound, match="unknown message id"):
@@ -165,14 +167,13 @@ def test_content_at_limit_is_accepted(mem: Replica) -> None:
 
 
 def test_profiles_field_wise_update(mem: Replica) -> None:
-    """Updating one profile field keeps the others."""
+    """Updating one profile field keeps the others; a text is static.role or dynamic.currentTask."""
     mem.update_profile("orch-1", name="Builder", static="builds things")
     p = mem.update_profile("orch-1", dynamic="busy")
-    assert (p.name, p.static, p.dynamic) == ("Builder", "builds things", "busy")
+    assert (p.name, p.static, p.dynamic) == ("Builder", {"role": "builds things"}, {"currentTask": "busy"})
     assert mem.get_profile("nobody") is None
     assert [x.orchestrator_id for x in mem.list_profiles()] == ["orch-1"]
-    with pytest.raises(InvalidArgument, match="at least one of"):
-        mem.update_profile("orch-1")
+    assert mem.update_profile("orch-1") == mem.get_profile("orch-1")  # nothing to set: left as it is
 
 
 def test_receipts_sync_between_replicas() -> None:
@@ -271,3 +272,58 @@ def test_inbox_all_keeps_read_messages_and_records_delivery(mem: Replica) -> Non
     assert whole.cursor == whole.messages[-1].seq
     with pytest.raises(InvalidArgument, match="limit"):
         mem.inbox_all("beta", limit=0)
+
+
+def test_mark_receipts_marks_the_known_reports_unknown_and_keeps_to_the_caller(mem: Replica) -> None:
+    """Known receipts are marked, unknown ids reported (not failing the batch), and with a caller only
+    receipts of that role (by name key) are marked; the others are reported and stay unread."""
+    mem.send_message("alpha", "beta, gamma", "x")
+    beta = mem.check_messages("beta").messages[0].receipt_id
+    gamma = mem.check_messages("gamma").messages[0].receipt_id
+    done = mem.mark_receipts([beta, "no-such-receipt", gamma, beta], caller="BETA")
+    assert (done.marked, done.unknown, done.not_yours) == (1, ["no-such-receipt"], [gamma])
+    assert mem.check_messages("beta").messages == [] and len(mem.check_messages("gamma").messages) == 1
+    assert mem.mark_receipts([gamma]).marked == 1
+    with pytest.raises(InvalidArgument, match="receipt id must be a non-empty string"):
+        mem.mark_receipts([gamma, " "])
+    with pytest.raises(NotFound, match="unknown receipt id"):
+        mem.mark_as_read([gamma, "no-such-receipt"])
+
+
+def test_check_messages_pages_by_limit_and_byte_budget(mem: Replica) -> None:
+    """A page stops at the limit or the byte budget (but holds one message at least) and says it was truncated."""
+    for i in range(3):
+        mem.send_message("alpha", "sigma", str(i) * 20_000)
+    page = mem.check_messages("sigma", limit=5, max_bytes=40_000)
+    assert [len(m.content) for m in page.messages] == [20_000, 20_000] and page.truncated
+    rest = mem.check_messages("sigma", since=page.cursor, limit=5, max_bytes=40_000)
+    assert [m.content[0] for m in rest.messages] == ["2"] and not rest.truncated
+    assert len(mem.check_messages("sigma", limit=1, max_bytes=10).messages) == 1  # at least one
+    assert mem.check_messages("sigma", limit=3).truncated is False
+    assert mem.check_messages("sigma", limit=2).truncated is True
+
+
+def test_tenant_and_session_day_are_stored_and_filter(mem: Replica) -> None:
+    """sessionDay (given, or the day of sending) and tenantId are stored; lists and search filter on them."""
+    mem.send_message("alpha", "beta", "acme note", tenant_id="Acme-HR", session_day=89)
+    plain = mem.send_message("eta", "beta", "plain note")
+    assert mem.get_message(plain.id).session_day >= 1 and mem.get_message(plain.id).tenant is None
+    assert [m.content for m in mem.list_messages(session_day=89).messages] == ["acme note"]
+    assert [m.content for m in mem.list_messages(tenant_id="acme-hr").messages] == ["acme note"]
+    assert [m.content for m in mem.list_messages(from_="ETA").messages] == ["plain note"]
+    assert [h.content for h in mem.search_messages("note", tenant_id="ACME-HR")] == ["acme note"]
+    assert [m.content for m in mem.check_messages("beta", tenant_id="acme-hr").messages] == ["acme note"]
+    assert len(mem.check_messages("beta").messages) == 2  # a tenant filter hides nothing from later calls
+    for bad in ({"session_day": 0}, {"session_day": 2**31}, {"tenant_id": " "}):
+        with pytest.raises(InvalidArgument):
+            mem.send_message("a", "b", "x", **bad)  # type: ignore[arg-type]
+
+
+def test_list_messages_pages_newest_first(mem: Replica) -> None:
+    """Pages go from newest to oldest; 'before' continues exactly where the last page stopped."""
+    ids = [mem.send_message("alpha", "beta", str(i)).id for i in range(5)]
+    first = mem.list_messages(limit=2)
+    assert [m.id for m in first.messages] == [ids[4], ids[3]]
+    second = mem.list_messages(limit=2, before=first.before)
+    third = mem.list_messages(limit=2, before=second.before)
+    assert [m.id for m in second.messages + third.messages] == [ids[2], ids[1], ids[0]] and third.before is None

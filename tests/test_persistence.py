@@ -14,6 +14,7 @@ import pytest
 
 from replica import Replica, StoreError, check_file, open_home, schema
 from replica.store import Store
+from tests.oldfiles import downgrade
 
 
 def test_reopen_keeps_messages_receipts_identity_and_clock(tmp_path: Path) -> None:
@@ -122,10 +123,7 @@ def test_v3_replica_learns_first_seen_times_from_its_messages(tmp_path: Path) ->
         r.send_message("lead", "ops", "later")
         r.send_message("ops", "lead", "ok")
         expected = r.state_digest()
-    con = sqlite3.connect(db)  # what a v3 file holds: no first_seen table
-    con.executescript("DROP TABLE first_seen; DROP TABLE fleet_admits; DROP TABLE fleet_rekeys; DROP TABLE fleet_removed;"
-                      " UPDATE meta SET v = 3 WHERE k = 'schema_version';")
-    con.close()
+    downgrade(db, 3)  # what a v3 file holds: no first_seen table (and no name keys)
     with Replica.open(db, wall=lambda: clock[0] + 60 * 86_400_000) as r:
         assert r.state_digest() == expected
         assert [m.content for m in r.check_messages("lead").messages] == ["ok"]

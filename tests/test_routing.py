@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from replica import InvalidArgument, Replica, firstseen
+from replica.names import name_key
 from replica.routing import DAY_MS, Envelope, broadcast_floor, parse_channel, visible_to
 from tests.conftest import pull
 
@@ -84,18 +85,43 @@ def test_sender_own_instance_not_served_its_message_to_own_role(mem: Replica) ->
     assert inbox(mem, "beta", "b2") == ["note to the team"]
 
 
-names = st.sampled_from(["a", "b", "c"])
-insts = st.one_of(st.none(), st.sampled_from(["1", "2"]))
+def test_names_match_whatever_their_case_or_unicode_form(mem: Replica) -> None:
+    """"TAU" reaches tau, "tau, TAU" is one role, a decomposed "hélios" is "HÉLIOS", BROADCAST is broadcast."""
+    assert parse_channel(" tau , TAU, Phi") == ("tau", "Phi")
+    assert parse_channel("tau, BroadCast") == ("broadcast",)
+    mem.send_message("alpha", "TAU", "upper")
+    mem.send_message("alpha", "he\u0301lios", "decomposed")
+    mem.send_message("ALPHA", "alpha, Beta", "to a list", from_instance_id="A1")
+    mem.send_message("alpha", "BROADCAST", "everyone")
+    assert inbox(mem, "tau") == ["upper", "everyone"]
+    assert inbox(mem, "HÉLIOS") == ["decomposed", "everyone"]
+    assert inbox(mem, "beta") == ["to a list", "everyone"]
+    assert inbox(mem, "Alpha", "a1") == ["everyone"]  # "to a list" came from ALPHA/A1: itself
+    assert inbox(mem, "alpha") == ["to a list"]  # "everyone" came from alpha with no instance: itself
 
 
-@given(
-    sender=names, sender_inst=insts, channel=st.sampled_from(["a", "b", "a,b", "b, c", "broadcast"]),
-    target=insts, role=names, inst=insts,
-)
+def test_a_channel_entry_naming_an_instance_reaches_that_instance(mem: Replica) -> None:
+    """VantagePeers' instance DM: channel "sigma-vps" reaches role sigma's instance sigma-vps only."""
+    mem.send_message("alpha", "sigma-vps", "to the vps")
+    mem.send_message("alpha", "kappa, Sigma-VPS", "to kappa and the vps")
+    assert inbox(mem, "sigma", "sigma-vps") == ["to the vps", "to kappa and the vps"]
+    assert inbox(mem, "sigma", "sigma-laptop") == []
+    assert inbox(mem, "sigma") == []
+    assert inbox(mem, "kappa") == ["to kappa and the vps"]
+    assert inbox(mem, "other", "sigma-vps") == []  # the address names sigma's instance, not other's
+
+
+names = st.sampled_from(["a", "A", "b", "É", "e\u0301"])
+insts = st.one_of(st.none(), st.sampled_from(["1", "I", "a-1", "A-1", "b-x"]))
+channels = st.sampled_from(["a", "A", "b", "a,b", "b, É", "e\u0301, a", "a-1", "B-x, É", "broadcast", "BROADCAST"])
+
+
+@given(sender=names, sender_inst=insts, channel=channels, target=insts, role=names, inst=insts)
 def test_inbox_query_matches_pure_rule(
     sender: str, sender_inst: str | None, channel: str, target: str | None, role: str, inst: str | None
 ) -> None:
-    """The SQL inbox query returns a message exactly when the pure routing rule says so."""
+    """The SQL inbox query returns a message exactly when the pure routing rule says so, whatever the
+    case and Unicode form of the names."""
     with Replica.open() as r:
         r.send_message(sender, channel, "x", instance_id=target, from_instance_id=sender_inst)
         expected = visible_to(Envelope(sender, sender_inst, channel, target), role, inst)
@@ -105,10 +131,7 @@ def test_inbox_query_matches_pure_rule(
 DAY = DAY_MS
 BASE = 1_800_000_000_000  # a wall time (ms) the clock of these tests starts from
 
-envelopes = st.builds(
-    Envelope, sender=names, sender_instance=insts,
-    channel=st.sampled_from(["a", "b", "a,b", "b, c", "c,a", "broadcast"]), target_instance=insts,
-)
+envelopes = st.builds(Envelope, sender=names, sender_instance=insts, channel=channels, target_instance=insts)
 
 
 @given(sent=st.lists(st.tuples(envelopes, st.integers(0, 30 * DAY)), min_size=1, max_size=8), role=names, inst=insts,
@@ -128,13 +151,13 @@ def test_both_inbox_queries_match_pure_rule_over_many_messages(
             clock[0] = BASE + at
             r.send_message(e.sender, e.channel or "", str(i), instance_id=e.target_instance,
                            from_instance_id=e.sender_instance)
-        sightings = [(e.sender, BASE + at) for e, at in sent]
+        sightings = [(name_key(e.sender), BASE + at) for e, at in sent]
         if profile_at is not None:
             clock[0] = BASE + profile_at
             r.update_profile(role, name="R")
-            sightings.append((role, clock[0]))
+            sightings.append((name_key(role), clock[0]))
         clock[0] = BASE + check_at
-        first = firstseen.merge({}, sightings).get(role, clock[0])  # a role never seen is first seen now
+        first = firstseen.merge({}, sightings).get(name_key(role), clock[0])  # never seen: first seen now
         floor = broadcast_floor(first, history_days * DAY)
         visible = [str(i) for i, (e, at) in enumerate(sent)
                    if visible_to(replace(e, created_ms=BASE + at), role, inst, floor)]
@@ -264,3 +287,10 @@ def test_recipient_check_names_roles_never_seen_and_suggests_known_ones(mem: Rep
     assert mem.recipient_check("broadcast").unknown_recipients == ()
     with pytest.raises(InvalidArgument):
         mem.recipient_check(" ")
+
+
+def test_an_instance_address_of_a_known_role_is_not_an_unknown_recipient(mem: Replica) -> None:
+    """"sigma-vps" names an instance of a role this replica knows: no typo warning; "sigmx-vps" gets one."""
+    mem.update_profile("Sigma", name="Sigma")
+    assert mem.recipient_check("SIGMA-vps, sigma").unknown_recipients == ()
+    assert mem.recipient_check("sigmx-vps").unknown_recipients == ("sigmx-vps",)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 from pathlib import Path
 
 import pytest
 
 from replica import InvalidArgument, NotFound, Replica, agent_id_for
 from tests.conftest import pull
+from tests.oldfiles import downgrade_to_v2
 
 
 def test_agent_id_is_the_same_on_every_replica() -> None:
@@ -204,11 +204,9 @@ def test_migration_numbers_existing_thread_messages_per_thread(tmp_path: Path) -
 
 
 def _downgrade_to_v2(path: Path) -> None:
-    """Turn a replica file back into schema v2 (no per-thread numbers), as an older peerd left it."""
-    conn = sqlite3.connect(path)
-    conn.executescript("DROP TABLE thread_seqs; DROP TABLE first_seen; DROP TABLE fleet_admits; DROP TABLE fleet_rekeys;"
-                       " DROP TABLE fleet_removed; UPDATE meta SET v = 2 WHERE k = 'schema_version';")
-    conn.close()
+    """Turn a replica file back into schema v2 (no per-thread numbers, no name keys), as an older
+    peerd left it: the same ops in the same arrival order."""
+    downgrade_to_v2(path)
 
 
 def test_agent_names_match_by_case_and_unicode_form(mem: Replica) -> None:

@@ -8,6 +8,7 @@ as ``-`` in tables.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -167,15 +168,29 @@ def _clip(text: str | None, n: int = 40) -> str | None:
     return flat if len(flat) <= n else flat[: n - 1] + "…"
 
 
+def _object_text(obj: dict[str, Any]) -> str | None:
+    """A profile's static or dynamic object in one line: a lone text value alone, or key=value pairs."""
+    if not obj:
+        return None
+    if len(obj) == 1 and isinstance(value := next(iter(obj.values())), str):
+        return value
+    return ", ".join(f"{k}={v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}" for k, v in obj.items())
+
+
+def _profile_id(p: dict[str, Any]) -> str:
+    return f"{p['orchestrator_id']}/{p['instance_id']}" if p.get("instance_id") else str(p["orchestrator_id"])
+
+
 def format_profiles(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "no profiles"
-    return table([(p["orchestrator_id"], p["name"], _clip(p["static"]), _clip(p["dynamic"]), p["updated"])
-                  for p in rows], ["ID", "NAME", "STATIC", "DYNAMIC", "UPDATED"])
+    return table([(_profile_id(p), p["name"], _clip(_object_text(p["static"])), _clip(_object_text(p["dynamic"])),
+                   p["updated"]) for p in rows], ["ID", "NAME", "STATIC", "DYNAMIC", "UPDATED"])
 
 
 def format_profile(p: dict[str, Any]) -> str:
-    rows = [("id", p["orchestrator_id"])] + [(k, p[k]) for k in ("name", "static", "dynamic", "updated")]
+    rows = [("id", _profile_id(p)), ("name", p["name"]), ("static", _object_text(p["static"])),
+            ("dynamic", _object_text(p["dynamic"])), ("updated", p["updated"])]
     return "\n".join(f"{k:<8} {'-' if v is None else v}" for k, v in rows)
 
 
