@@ -13,6 +13,13 @@ rule) and ``peers`` (pure table); it seals, sends and schedules, through a
   (``replica.feed``), which also tells it of ops written by other processes
   on the same replica; no loop polls the database.
 
+Membership (``replica.membership``, ``peerd.keyring``): the node seals with the
+current fleet key; a request that opens only with a key the fleet used before a
+rotation is answered with the rotation and nothing else; a peer that refuses our
+key is first handed the rotation under the old key; the node follows rotations
+as their ops land (switching key, fleet id and mDNS advert) and never calls a
+removed node. Join requests (``POST /v1/join``, unsealed) go to ``peerd.pairing``.
+
 Invariants: every request and response body is sealed with the fleet key; a
 body that does not open is refused (403) and logged; ops are verified by the
 replica before anything is stored; SQLite work runs off the event loop, and the

@@ -21,7 +21,6 @@ Nothing here touches SQLite; ``replica.fleet`` stores the ops and keeps the proj
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -220,15 +219,3 @@ def open_key(signing: nacl.signing.SigningKey, sealed: bytes) -> bytes | None:
     except (nacl.exceptions.CryptoError, ValueError, TypeError):
         return None
     return key if len(key) == FLEET_KEY_BYTES else None
-
-
-def short_hex(node: bytes) -> str:
-    return node.hex()[:16]
-
-
-def digest(keys: Iterable[bytes]) -> str:
-    """A short, order-independent fingerprint of a set of node keys (for logs and tests)."""
-    h = hashlib.blake2b(digest_size=8, person=b"peerd-members")
-    for k in sorted(keys):
-        h.update(k)
-    return h.hexdigest()

@@ -189,7 +189,7 @@ def test_admit_names_the_node_last_writer_wins() -> None:
     fill(b, c)
     fill(b, a)
     fill(a, b)
-    stamps = {r.node_key: r.ops_after(0)[-1] for r in (a, b)}
+    stamps = {r.node_key: r.local_ops_after(0)[-1] for r in (a, b)}
     later = max((opsmod.decode(raw).hlc, origin) for origin, (_l, raw) in stamps.items())[1]
     expected = "first" if later == a.node_key else "second"
     assert {r.fleet_view().admitted[node].name for r in (a, b, c)} == {expected}
