@@ -2,8 +2,11 @@
 
 Invariants:
 - Parsing is pure and strict: ``parse_seed`` accepts ``host:port``,
-  ``a.b.c.d:port`` and ``[ipv6]:port`` and raises ``SeedError`` (a
-  ``ValueError``) with a message that names the entry and the fix.
+  ``a.b.c.d:port`` and ``[ipv6]:port`` (ASCII only: a port of ASCII digits,
+  host-name labels of ASCII letters, digits, ``-`` and ``_``) and raises
+  ``SeedError`` (a ``ValueError``) with a message that names the entry and the
+  fix. ``parse_address`` holds a host and port from elsewhere (a peer's
+  exchange record) to exactly the same rules.
 - A candidate's ``host`` is the seed's host as written (brackets removed);
   its ``addresses`` are the addresses that host resolved to. Literal IPs are
   never looked up; names are re-resolved every ``resolve_interval`` seconds
@@ -39,14 +42,14 @@ from discovery.source import (
     call_safely,
 )
 
-__all__ = ["Resolver", "Seed", "SeedSource", "format_seed", "parse_seed", "parse_seeds"]
+__all__ = ["Resolver", "Seed", "SeedSource", "format_seed", "parse_address", "parse_seed", "parse_seeds"]
 
 log = logging.getLogger("discovery.seeds")
 
 Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 """Resolve ``(host, port)`` to IP address strings; raise ``OSError`` on failure."""
 
-_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?$")
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?")
 _FORMAT_HINT = "use HOST:PORT, A.B.C.D:PORT or [IPV6]:PORT"
 
 
@@ -76,8 +79,8 @@ def _parse_port(text: str, entry: str, default_port: int | None) -> int:
         if default_port is None:
             raise SeedError(f"seed {entry!r} has no port; {_FORMAT_HINT}")
         return default_port
-    if not text.isdigit():
-        raise SeedError(f"seed {entry!r}: port {text!r} is not a number")
+    if not (text.isascii() and text.isdigit()) or len(text) > 5:
+        raise SeedError(f"seed {entry!r}: port {text!r} is not a number in 1..65535")
     port = int(text)
     if not 1 <= port <= 65535:
         raise SeedError(f"seed {entry!r}: port {port} is outside 1..65535")
@@ -93,7 +96,7 @@ def _check_hostname(host: str, entry: str) -> bool:
     labels = name.split(".")
     if all(label.isdigit() for label in labels):
         raise SeedError(f"seed {entry!r}: {host!r} is not a valid IPv4 address")
-    if len(name) > 253 or not all(_LABEL.match(label) for label in labels):
+    if len(name) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
         raise SeedError(
             f"seed {entry!r}: {host!r} is not a valid host name "
             "(letters, digits and hyphens, dot-separated labels of at most 63 characters)"
@@ -130,6 +133,19 @@ def parse_seed(text: str, default_port: int | None = None) -> Seed:
         raise SeedError(f"seed {entry!r} has no host; {_FORMAT_HINT}")
     literal = _check_hostname(host, entry)
     return Seed(host, _parse_port(port_text, entry, default_port), literal=literal)
+
+
+def parse_address(host: object, port: object) -> Seed:
+    """A host and port learnt from elsewhere (a peer's record), held to the rules of a seed
+    entry: ``host`` a name or IP literal (an IPv6 one without brackets), ``port`` an int
+    (never a bool) in 1..65535. The result's host is the canonical one to dial."""
+    if not isinstance(host, str):
+        raise SeedError(f"host {host!r} is not a string")
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+        raise SeedError(f"port {port!r} is not a number in 1..65535")
+    if host != host.strip() or not host or "[" in host or "]" in host:
+        raise SeedError(f"host {host!r} is not a host name or IP address")
+    return parse_seed(format_seed(host, port))
 
 
 def parse_seeds(entries: Sequence[str], default_port: int | None = None) -> tuple[Seed, ...]:

@@ -12,6 +12,8 @@ Invariants:
   extras (``seq``, ``cursor``, ``deliveredAt``, ``reachable``...) come beside them.
 * Published input schemas are plain and portable: no titles, optional
   arguments are simply not required (never ``null`` unions).
+* Every string argument must be valid Unicode (no lone surrogate), so nothing
+  an argument carries can fail on its way to SQLite or back out as JSON.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from replica.api import DEFAULT_LIMIT, MAX_LIMIT
@@ -41,10 +43,27 @@ Fields = Literal["lite", "full"] | None
 
 
 class Args(BaseModel):
-    """Base of argument models: aliases only, no extras, no NaN or infinity, JSON-string lists accepted."""
+    """Base of argument models: aliases only, no extras, no NaN or infinity, JSON-string lists accepted,
+    valid Unicode only."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=False, hide_input_in_errors=True,
                               allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _valid_unicode(cls, value: Any) -> Any:
+        for text in value if isinstance(value, list) else [value]:
+            if isinstance(text, str) and not _encodable(text):
+                raise ValueError("is not valid Unicode (it holds a lone surrogate)")
+        return value
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _json_list(value: object) -> object:

@@ -6,8 +6,10 @@ Invariants:
   ``structuredContent`` and as JSON text.
 * A bad call returns ``isError`` with ``"<code>: <message>"`` text and no
   structured content (code: ``invalid_argument``, ``not_found`` or
-  ``store_error``); it has changed nothing. Anything else is a bug and is left
-  to the SDK (generic message, traceback logged).
+  ``store_error``); it has changed nothing. ``run_tool`` never raises: any other
+  exception is a bug of ours and becomes ``internal_error: <type>: <message>``,
+  logged with its traceback the first time per tool and type (one line after
+  that), never the SDK's generic text.
 * A call's binding comes from, in order: HTTP headers ``X-Peerd-Role`` /
   ``X-Peerd-Instance``, query ``?role=&instance=``, the server's own binding
   (command line). Arguments then win over the binding.
@@ -16,6 +18,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping
 from importlib import metadata
 from typing import Any
@@ -53,6 +56,8 @@ INSTRUCTIONS = (
 
 ReplicaSource = Replica | Callable[[], Replica]
 
+log = logging.getLogger("mcp_server")
+
 
 class _RawArguments(ArgModelBase):
     """Hands the tool the raw argument object; our own models check it (clean errors, aliases)."""
@@ -74,7 +79,8 @@ def error_code(exc: PeerdError) -> str:
 
 
 def error_result(code: str, message: str) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=f"{code}: {message}")], is_error=True)
+    text = f"{code}: {message}".encode("utf-8", "replace").decode("utf-8")  # never a lone surrogate on the wire
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
 def describe_invalid(exc: ValidationError, model: type[BaseModel]) -> str:
@@ -88,7 +94,7 @@ def describe_invalid(exc: ValidationError, model: type[BaseModel]) -> str:
         elif err["type"] == "extra_forbidden":
             parts.append(f"unknown argument '{where}' (arguments: {allowed or 'none'})")
         else:
-            parts.append(f"'{where}': {err['msg']}")
+            parts.append(f"'{where}': {err['msg'].removeprefix('Value error, ')}")
     return "; ".join(parts)
 
 
@@ -123,6 +129,15 @@ def _request_of(ctx: Context[Any, Any]) -> object:
 
 async def run_tool(spec: ToolSpec[Any, Any], env: Env, ctx: Context[Any, Any],
                    arguments: Mapping[str, Any]) -> CallToolResult:
+    """One call: its result, or an error result; never an exception (see the module's invariants)."""
+    try:
+        return await _run(spec, env, ctx, arguments)
+    except Exception as exc:
+        return internal_error(spec.name, exc, env.bugs_told)
+
+
+async def _run(spec: ToolSpec[Any, Any], env: Env, ctx: Context[Any, Any],
+               arguments: Mapping[str, Any]) -> CallToolResult:
     try:
         args = spec.args.model_validate(dict(arguments))
     except ValidationError as exc:
@@ -133,6 +148,18 @@ async def run_tool(spec: ToolSpec[Any, Any], env: Env, ctx: Context[Any, Any],
     except PeerdError as exc:
         return error_result(error_code(exc), str(exc))
     return success_result(out)
+
+
+def internal_error(tool: str, exc: Exception, told: set[tuple[str, str]]) -> CallToolResult:
+    """A bug of ours met in ``tool``: told to the caller as ``internal_error``, logged for us
+    (with the traceback when ``told`` shows it is the first of its kind)."""
+    key = (tool, type(exc).__name__)
+    if key in told:
+        log.error("tool %s failed again: %s: %s", tool, type(exc).__name__, exc)
+    else:
+        told.add(key)
+        log.error("tool %s failed (a bug): %s: %s", tool, type(exc).__name__, exc, exc_info=exc)
+    return error_result("internal_error", f"{type(exc).__name__}: {exc}")
 
 
 def make_tool(spec: ToolSpec[Any, Any], env: Env) -> Tool:

@@ -2,6 +2,8 @@
 
 Invariants:
 * stdout carries only MCP messages; diagnostics go to stderr.
+* Every line read gets an answer: one that is not JSON-RPC gets a JSON-RPC
+  error (``stdioguard``), and the server keeps going.
 * The session is bound by the command line (``--role``, ``--instance``).
 * The process has one change feed, whatever the number of waiting calls: its
   own writes wake waiters at once; writes of other processes (the daemon
@@ -17,6 +19,7 @@ import asyncio
 from pathlib import Path
 
 from mcp_server.server import build_server
+from mcp_server.stdioguard import run_guarded
 from mcp_server.tools import SessionBinding
 from mcp_server.waiter import FeedWaiter
 from replica import Replica, open_home
@@ -44,7 +47,7 @@ async def serve_stdio(replica: Replica, source: Source | None, role: str | None 
     try:
         server = build_server(replica, waiter=waiter, bind=SessionBinding(role, instance),
                               fleet_id=(lambda: fleet_id) if fleet_id is not None else None)
-        await server.run_stdio_async()
+        await run_guarded(server)
     finally:
         waiter.close()
         await asyncio.to_thread(feed.close)

@@ -27,7 +27,7 @@ import binascii
 import contextlib
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from mcp.types import ToolAnnotations
@@ -79,6 +79,7 @@ class Env:
     waiter: Waiter
     bind: SessionBinding
     fleet_id: FleetIdProvider | None = None
+    bugs_told: set[tuple[str, str]] = field(default_factory=set)  # (tool, exception type) logged with a traceback
 
 
 @dataclass(frozen=True)

@@ -34,10 +34,13 @@ from peerd.config import Config, load_config, save_config
 from peerd.errors import DaemonError
 from peerd.keyring import KeyRing
 from peerd.lazymount import McpBuilder
+from peerd.limits import raise_open_file_limit
 from peerd.local import LocalServer, build_app, mcp_builder
 from peerd.localapi import build_routes
 from peerd.node import Node
 from peerd.pairapi import pairing_routes
+from peerd.ratelog import RateFilter
+from peerd.transport import HttpTransport
 from replica import Replica, open_home
 from replica.feed import ChangeFeed
 
@@ -83,12 +86,17 @@ class Daemon:
 
     async def start(self) -> dict[str, Any]:
         self._lock_home()
+        nofile = raise_open_file_limit()  # before any listener sizes its connection caps from it
         self.rep = await asyncio.to_thread(
             lambda: open_home(self.home, broadcast_history_ms=self.cfg.broadcast_history_ms))
         self.feed = await asyncio.to_thread(ChangeFeed.watching, self.rep)
         self.node = Node(self.cfg, self.rep, bind=self.bind, feed=self.feed, home=self.home)
         self.node.on_keys = self._keys_changed
         await self.node.start()
+        caps = self.node.transport.limits if isinstance(self.node.transport, HttpTransport) else None
+        if caps is not None:
+            log.info("open-file limit %d: peer port holds %d connections, %d per address", nofile,
+                     caps.max_connections, caps.per_source)
         self.info = {
             "pid": os.getpid(), "node_id": self.rep.node_id, "name": self.cfg.name,
             "fleet_id": self.cfg.fleet_id, "home": str(self.home),
@@ -163,9 +171,23 @@ def announce_ready(info: dict[str, Any]) -> None:
         pass
 
 
+LOCAL_REFUSALS = ("Invalid HTTP request received.",)  # what uvicorn logs for each malformed local request
+
+
+def quiet_library_logs() -> None:
+    """Libraries' lines about outsiders' requests, held to what ours are: the MCP SDK's per-session
+    INFO lines only at DEBUG, uvicorn's malformed-request warnings rate-limited."""
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        logging.getLogger("mcp").setLevel(logging.WARNING)
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, RateFilter) for f in uvicorn_log.filters):
+        uvicorn_log.addFilter(RateFilter(LOCAL_REFUSALS))
+
+
 async def run(home: Path, cfg: Config, *, bind: str = "0.0.0.0", advertise: str = "127.0.0.1",
               on_ready: Callable[[dict[str, Any]], None] | None = None) -> None:
     """Serve until SIGTERM or SIGINT; once ready, print the ready line, then call ``on_ready``."""
+    quiet_library_logs()
     daemon = Daemon(home, cfg, bind=bind, advertise=advertise)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -9,14 +9,19 @@ Invariants:
   most ``INDEX_STEP`` ops, so writers interleave with a long catch-up.
 * Search stays correct without it: ``search_messages`` and ``recent_senders``
   catch up by themselves before they query; this only keeps their backlog small.
+* A failing step (the store busy or full, or a bug) never ends the loop: it is
+  logged once per kind of error, and the next change tries again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from mcp_server.waiter import FeedWaiter
-from replica import Replica
+from replica import PeerdError, Replica
+
+log = logging.getLogger("peerd.indexer")
 
 INDEX_DELAY = 1.0
 INDEX_STEP = 5000
@@ -25,9 +30,19 @@ INDEX_STEP = 5000
 async def keep_indexed(rep: Replica, waiter: FeedWaiter, *, delay: float = INDEX_DELAY,
                        step: int = INDEX_STEP) -> None:
     """Index what lands, ``step`` ops at a time, ``delay`` seconds after each change; ends on close."""
+    failed: set[str] = set()
     while not waiter.closed:
         await asyncio.sleep(delay)
         mark = waiter.mark
-        while await asyncio.to_thread(rep.catch_up_step, step):
-            pass
+        try:
+            while await asyncio.to_thread(rep.catch_up_step, step):
+                pass
+        except Exception as exc:
+            kind = type(exc).__name__
+            if kind not in failed:
+                failed.add(kind)
+                ours = not isinstance(exc, PeerdError)  # a bug gets its traceback, a store failure one line
+                log.error("indexing failed (retried on the next change): %s", exc, exc_info=exc if ours else None)
+        else:
+            failed.clear()
         await waiter.wait_beyond(mark)

@@ -11,7 +11,7 @@ Invariants:
   within ``HEAD_TIMEOUT`` (400 if still incomplete past ``MAX_HEADER_BYTES``), a body within
   ``BODY_TIMEOUT`` and ``MAX_BODY_BYTES`` (a larger ``Content-Length`` is
   refused unread; a chunked body is cut off at the limit), and connections
-  beyond ``connection_cap`` (under the open-file limit) are closed on accept.
+  beyond ``limits.connection_cap`` (under the open-file limit) are closed on accept.
 * MCP is mounted lazily: the first request to ``/mcp`` imports and builds the
   MCP app in a worker thread (once, however many requests arrive together)
   and starts its lifespan; the server's shutdown stops it. Until then the
@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import resource
 import socket
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from mcp_server.localguard import LocalOnly, send_error
 from mcp_server.waiter import Waiter
 from peerd.errors import DaemonError
 from peerd.lazymount import LazyMount, McpBuilder
+from peerd.limits import LOCAL_CONNECTIONS, connection_cap, open_file_limit
 from replica import Replica
 from replica.ops import MAX_JSON_REQUEST_BYTES
 
@@ -52,19 +52,10 @@ MAX_HEADER_BYTES = 32 * 1024
 HEAD_TIMEOUT = 10.0  # seconds from a connection (or a request's first byte) to its complete head
 BODY_TIMEOUT = 10.0  # seconds to receive a whole request body
 KEEP_ALIVE = 5.0  # seconds an idle keep-alive connection stays open
-MAX_CONNECTIONS = 512
-
-
-def connection_cap(soft_nofile: int, ceiling: int = MAX_CONNECTIONS) -> int:
-    """How many local connections to hold open: a quarter of the open-file limit (the peer
-    port, SQLite and logs need the rest), at least 16, at most ``ceiling``."""
-    if soft_nofile < 0:  # RLIM_INFINITY
-        return ceiling
-    return max(16, min(ceiling, soft_nofile // 4))
 
 
 def _open_file_cap() -> int:
-    return connection_cap(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    return connection_cap(open_file_limit(), LOCAL_CONNECTIONS)
 
 
 @dataclass(frozen=True)

@@ -21,11 +21,21 @@ as their ops land (switching key, fleet id and mDNS advert) and never calls a
 removed node. Join requests (``POST /v1/join``, unsealed) go to ``peerd.pairing``.
 
 Invariants: every request and response body is sealed with the fleet key; a
-body that does not open is refused (403) and logged; ops are verified by the
-replica before anything is stored; SQLite work runs off the event loop, and the
-peer table is only touched on it; background tasks live in one set and are
-cancelled on stop; a failure is recorded against its peer, never dropped; every
-background task sleeps on an event (a change, a wake-up, a timeout), never on a polling timer.
+body that does not open is refused (403); ops are verified by the replica
+before anything is stored; SQLite work runs off the event loop, and the peer
+table is only touched on it; background tasks live in one set and are
+cancelled on stop; every background task sleeps on an event (a change, a
+wake-up, a timeout), never on a polling timer.
+
+What goes wrong is told once, never in a loop: a refused request is one log
+line at most, and each source gets ``ratelog.BURST`` lines a minute and then one
+summary (``ratelog.RateLog``); a failure while talking to a peer, whatever its
+type, is recorded against that peer (``failures``, ``last_error``, shown by
+``peerd peers``), counted, and logged once per peer and kind until it works
+again; no exception from a peer's data ends a background loop. Only an
+exception that is not a ``PeerdError`` (our bug) is logged with its traceback,
+once per place and type. Peers learnt second hand that stop answering are
+forgotten (``PeerTable.expire``).
 """
 
 from __future__ import annotations
@@ -51,9 +61,10 @@ from peerd.keyring import KeyRing
 from peerd.pairing.host import PairingHost
 from peerd.peers import FAIL_THRESHOLD, Peer, PeerTable
 from peerd.protocol import Msg, Outcome, ProtocolError, RoundResult
+from peerd.ratelog import RateLog, summary
 from peerd.transport import Answer, HttpTransport, Transport
 from replica import Replica, vector
-from replica.errors import RemoteError
+from replica.errors import PeerdError, RemoteError, StoreError
 from replica.feed import ChangeFeed
 from replica.fleet import FleetView
 
@@ -70,6 +81,16 @@ PROGRESS_LOG_EVERY = 2.0
 WRONG_FLEET = "refused our request: not in the same fleet (different fleet key)"
 REMOVED = ("this node was removed from the fleet (its key was rotated without it); it can no longer sync. "
            "To take part again, join with a fresh home: `peerd join --lan` (or an invite) with another --home")
+
+
+LOG_TEXT_MAX = 300  # characters of a peer's words (an error it sent, a kind it named) that a log line quotes
+
+
+def clip(text: str, limit: int = LOG_TEXT_MAX) -> str:
+    """``text`` on one line and cut to ``limit`` characters, so that no peer can make a log line
+    long or make it look like several."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def http_transport(cfg: Config) -> HttpTransport:
@@ -104,7 +125,7 @@ class Node:
         self.peer_port = 0
         self.started = time.time()
         self.counters = {"rounds": 0, "pushed_ops": 0, "pulled_ops": 0, "refused": 0, "forwarded_ops": 0,
-                         "exchange_failures": 0}
+                         "exchange_failures": 0, "peer_errors": 0, "internal_errors": 0, "expired_peers": 0}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._in_round: set[str] = set()
         self._activity = False
@@ -115,7 +136,9 @@ class Node:
         self._pushed = 0
         self.transport: Transport = transport or http_transport(cfg)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._reported: set[tuple[str, str]] = set()  # (peer, kind) of failures logged once
+        self._reported: set[tuple[str, str]] = set()  # (peer or place, kind) of failures logged once
+        self._refusals = RateLog()
+        self._flushes: set[asyncio.TimerHandle] = set()
         self.catchup: protocol.Progress | None = None
         self.seeds: SeedSource | None = None
         self.mdns: MdnsSource | None = None
@@ -175,6 +198,9 @@ class Node:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        for handle in self._flushes:
+            handle.cancel()
+        self._flush_refusals(final=True)
         await self.transport.close()
         for source in (self.mdns, self.seeds):
             if source is not None:
@@ -194,7 +220,7 @@ class Node:
 
     def add_candidate(self, host: str, port: int, *, source: str, node: bytes | None = None) -> None:
         """A discovery source found a peer: remember it and sync with it soon."""
-        if self.table.add(host, port, source, node) is not None:
+        if self.table.add(host, port, source, node, now=time.monotonic()) is not None:
             self._wake.set()
 
     def _on_replica_change(self) -> None:  # called by the feed from whichever thread learned of it
@@ -324,7 +350,18 @@ class Node:
     # -- serving peers ---------------------------------------------------------------------
 
     async def answer(self, body: bytes, remote: str) -> Answer:
-        """One sealed request from a peer at ``remote`` (the transport's ``Server``)."""
+        """One sealed request from a peer at ``remote`` (the transport's ``Server``); never raises:
+        a bad request is a 400 (403 when it does not open), a store failure a 503, a bug of ours a 500."""
+        try:
+            return await self._answer(body, remote)
+        except StoreError as exc:
+            self._report_once("our replica", "store", f"cannot answer peers from our replica: {exc}")
+            return self._sealed(protocol.error_reply(exc), 503)
+        except Exception as exc:
+            self._bug("answering a peer", exc)
+            return self._sealed(protocol.error_reply(RuntimeError("internal error")), 500)
+
+    async def _answer(self, body: bytes, remote: str) -> Answer:
         try:
             plain, key = self.keys.open(body)
             if key != self.keys.current:
@@ -343,11 +380,20 @@ class Node:
         self._follow(out, req.envelope.sender)
         if self.rep.fleet_changes != self._fleet_seen:  # the caller's retry must find us on the new key
             await self.refresh_keys()
+        self._recovered("our replica", "store")
         return self._sealed(out.reply, key=key)
 
     async def join(self, body: bytes, remote: str) -> Answer:
-        """An unsealed join request (``POST /v1/join``): the pairing host answers it."""
-        return await self.pairing.answer(body, remote)
+        """An unsealed join request (``POST /v1/join``): the pairing host answers it; never raises
+        (a store failure is a 503, a bug of ours a 500, both plain text: the caller has no key)."""
+        try:
+            return await self.pairing.answer(body, remote)
+        except StoreError as exc:
+            self._report_once("our replica", "store", f"cannot answer peers from our replica: {exc}")
+            return Answer(503, protocol.encode(protocol.error_reply(exc)))
+        except Exception as exc:
+            self._bug("answering a join request", exc)
+            return Answer(500, protocol.encode(protocol.error_reply(RuntimeError("internal error"))))
 
     async def _answer_old_key(self, key: bytes, remote: str) -> Answer:
         """A request sealed with a key the fleet used before: answer with the rotation, nothing else
@@ -360,8 +406,21 @@ class Node:
         return Answer(200, self.keys.seal(protocol.encode(reply), key))
 
     def refuse(self, remote: str, why: str) -> None:
+        """A refused request or connection: counted always, logged at most ``ratelog.BURST``
+        times a minute per source, then told as one summary line when the minute ends."""
         self.counters["refused"] += 1
-        log.warning("refused request from %s: %s", remote, why)
+        verdict = self._refusals.note(remote, time.monotonic())
+        if verdict.write:
+            log.warning("refused request from %s: %s", remote, clip(why))
+        if verdict.flush_at is not None and self._loop is not None and not self._loop.is_closed():
+            delay = max(0.0, verdict.flush_at - time.monotonic())
+            handle = self._loop.call_later(delay, self._flush_refusals)
+            self._flushes.add(handle)
+
+    def _flush_refusals(self, *, final: bool = False) -> None:
+        self._flushes = {h for h in self._flushes if not h.cancelled() and h.when() > time.monotonic()}
+        for source, count in self._refusals.due(float("inf") if final else time.monotonic()):
+            log.warning("%s", summary(source, count, self._refusals.window, self._refusals.burst))
 
     def _here(self, req: protocol.Request) -> protocol.Here:
         """What the protocol needs to know of this node to answer ``req`` (read on the loop)."""
@@ -484,7 +543,7 @@ class Node:
             self.table.failed(peer, time.monotonic(), str(exc))
             if peer.source == "seed" and self.seeds is not None:
                 self.seeds.report_failure(peer.host, peer.port)
-            log.info("sync with %s failed: %s", peer.addr, exc)
+            self._report_once(peer.addr, "sync", f"sync with {peer.addr} failed: {exc}")
             raise PeerError(str(exc), peer=peer.addr) from None
         finally:
             if self.catchup is not None and self.catchup.peer == peer.addr:
@@ -493,6 +552,7 @@ class Node:
         assert result is not None
         if peer.source == "seed" and self.seeds is not None:
             self.seeds.report_success(peer.host, peer.port)
+        self._recovered(peer.addr, "sync")
         self._after_round(peer, result)
         return result
 
@@ -546,11 +606,15 @@ class Node:
         interval = self.cfg.gossip_interval
         ticks = 0
         while True:
-            for peer in self.table.pick(2, time.monotonic(), busy=frozenset(self._in_round)):
-                if self._is_removed(peer):
-                    continue
-                self._in_round.add(peer.addr)
-                self.spawn(self._round(peer, exchange=ticks % EXCHANGE_EVERY == 0))
+            try:
+                self._expire_peers()
+                for peer in self.table.pick(2, time.monotonic(), busy=frozenset(self._in_round)):
+                    if self._is_removed(peer):
+                        continue
+                    self._in_round.add(peer.addr)
+                    self.spawn(self._round(peer, exchange=ticks % EXCHANGE_EVERY == 0))
+            except Exception as exc:  # the schedule must outlive any bug: the next tick tries again
+                self._bug("scheduling rounds", exc)
             ticks += 1
             busy, self._activity = self._activity, False
             busy = busy or any(0 < p.failures < FAIL_THRESHOLD for p in self.table.peers.values() if not p.gone)
@@ -571,9 +635,20 @@ class Node:
             if first_contact or exchange:
                 await self._exchange(peer)
         except PeerError:
-            pass
+            pass  # recorded and reported by sync_with
+        except Exception as exc:
+            self._peer_failed(peer, "sync", exc)
         finally:
             self._in_round.discard(peer.addr)
+
+    def _expire_peers(self) -> None:
+        """Forget learnt peers that stopped answering (and what was kept for them)."""
+        for peer in self.table.expire(time.monotonic()):
+            self.counters["expired_peers"] += 1
+            self._outbox.pop(peer.addr, None)
+            self._reported = {k for k in self._reported if k[0] != peer.addr}
+            log.info("forgot peer %s (learnt by %s, not answering: %s)", peer.addr, peer.source,
+                     clip(peer.last_error or ""))
 
     async def _exchange(self, peer: Peer) -> None:
         """A peer exchange after a round; a failure is counted, kept as the peer's last error
@@ -583,20 +658,61 @@ class Node:
         except PeerError as exc:
             self.counters["exchange_failures"] += 1
             peer.last_error = f"peer exchange failed: {exc}"
-            self._report_once(peer, "exchange", f"peer exchange with %s failed: {exc}")
+            self._report_once(peer.addr, "exchange", f"peer exchange with {peer.addr} failed: {exc}")
+        except Exception as exc:  # like a refused exchange, it leaves the peer reachable
+            self.counters["exchange_failures"] += 1
+            self._peer_failed(peer, "peer exchange", exc, unreachable=False)
         else:
-            self._reported.discard((peer.addr, "exchange"))
+            self._recovered(peer.addr, "exchange")
 
-    def _report_once(self, peer: Peer, kind: str, text: str) -> None:
-        if (peer.addr, kind) not in self._reported:
-            self._reported.add((peer.addr, kind))
-            log.warning(text, peer.addr)
+    def _report_once(self, where: str, kind: str, text: str) -> None:
+        """Log ``text`` the first time ``kind`` goes wrong with ``where`` since it last worked."""
+        if (where, kind) not in self._reported:
+            self._reported.add((where, kind))
+            log.warning("%s", clip(text))
+
+    def _recovered(self, where: str, kind: str) -> None:
+        if (where, kind) in self._reported:
+            self._reported.discard((where, kind))
+            log.info("%s: %s works again", kind, where)
+
+    def _bug(self, place: str, exc: BaseException) -> None:
+        """An exception that is not ours to expect: counted, and logged with its traceback
+        once per place and type (a bug to fix, not a peer's fault to shrug off)."""
+        self.counters["internal_errors"] += 1
+        key = (place, type(exc).__name__)
+        if key not in self._reported:
+            self._reported.add(key)
+            log.error("internal error while %s (logged once): %s: %s", place, type(exc).__name__, exc,
+                      exc_info=exc)
+
+    def _peer_failed(self, peer: Peer, kind: str, exc: BaseException, *, unreachable: bool = True) -> None:
+        """Something went wrong talking to ``peer``, whatever the exception: counted, kept as its
+        last error and, when ``unreachable``, a failure of the peer (backoff, then unreachable)."""
+        self.counters["peer_errors"] += 1
+        if isinstance(exc, PeerdError):
+            why = str(exc)
+            self._report_once(peer.addr, kind, f"{kind} with {peer.addr} failed: {why}")
+        else:
+            why = f"internal error: {type(exc).__name__}: {exc}"
+            self._bug(f"{kind} with a peer", exc)
+        if unreachable:
+            self.table.failed(peer, time.monotonic(), why)
+        else:
+            peer.last_error = f"{kind} failed: {why}"
 
     async def _pusher(self) -> None:
         while True:
             await self._push_evt.wait()
             self._push_evt.clear()
-            ops = await asyncio.to_thread(self.rep.local_ops_after, self._pushed, PUSH_BATCH)
+            try:
+                ops = await asyncio.to_thread(self.rep.local_ops_after, self._pushed, PUSH_BATCH)
+            except Exception as exc:  # the store failed for now: the next change tries again
+                if isinstance(exc, PeerdError):
+                    self._report_once("our replica", "read", f"push on write cannot read our replica: {exc}")
+                else:
+                    self._bug("reading ops to push", exc)
+                continue
             if not ops:
                 continue
             self._pushed = ops[-1][0]
@@ -628,10 +744,11 @@ class Node:
                 try:
                     await self.call(peer, {"t": "push", "o": batch})
                     self.table.succeeded(peer, time.monotonic(), None)
+                    self._recovered(peer.addr, "push")
                     if peer.their_vector is not None:  # keeps its lag current until the next round
                         protocol.advance_known(peer.their_vector, batch)
-                except PeerError as exc:
-                    self.table.failed(peer, time.monotonic(), str(exc))
+                except Exception as exc:  # a round repairs what is dropped here
+                    self._peer_failed(peer, "push", exc)
                     box.clear()
         finally:
             self._draining.discard(peer.addr)

@@ -4,6 +4,13 @@ Pure data and rules, no I/O. Invariants: a peer is keyed by its address
 (host, port); a node never lists itself; a peer that fails is retried after
 an exponential backoff and is marked unreachable after ``FAIL_THRESHOLD``
 consecutive failures; any success resets both.
+
+The table stays bounded and current: peers learnt second hand (``exchange``)
+or from a caller's envelope (``inbound``) are only added while the table
+holds fewer than ``MAX_PEERS`` rows, and ``expire`` drops such a peer once
+it has failed ``FAIL_THRESHOLD`` times without ever answering, or has not
+answered for ``STALE_AFTER`` seconds while failing. Peers from seeds and mDNS
+are never expired (their sources re-announce or say goodbye themselves).
 """
 
 from __future__ import annotations
@@ -20,6 +27,9 @@ FAIL_THRESHOLD = 3
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 30.0
 SOURCE_RANK = {"seed": 0, "mdns": 1, "exchange": 2, "inbound": 3}
+LEARNT = ("exchange", "inbound")  # sources whose rows expire
+MAX_PEERS = 1000  # rows the table holds before it stops taking learnt ones
+STALE_AFTER = 600.0  # seconds a learnt peer may go unanswered (and failing) before its row is dropped
 
 
 def backoff(failures: int, base: float = BACKOFF_BASE, cap: float = BACKOFF_CAP) -> float:
@@ -42,6 +52,7 @@ class Peer:
     last_error: str | None = None
     gone: bool = False  # said goodbye (mDNS) or removed
     name: str | None = None  # the name the node goes by (config `name`), learnt by peer exchange
+    added: float = 0.0  # when it entered the table (monotonic seconds)
 
     @property
     def addr(self) -> str:
@@ -66,13 +77,20 @@ class Peer:
         }
 
 
+def _stale(p: Peer, now: float, stale_after: float) -> bool:
+    if p.last_seen is None and p.failures >= FAIL_THRESHOLD:
+        return True
+    return p.failures > 0 and now - (p.added if p.last_seen is None else p.last_seen) >= stale_after
+
+
 class PeerTable:
     def __init__(self, me: bytes) -> None:
         self.me = me
         self.peers: dict[str, Peer] = {}
 
-    def add(self, host: str, port: int, source: str, node: bytes | None = None) -> Peer | None:
-        """Record a candidate; returns the peer if it is new. Never adds ourselves."""
+    def add(self, host: str, port: int, source: str, node: bytes | None = None, now: float = 0.0) -> Peer | None:
+        """Record a candidate; returns the peer if it is new. Never adds ourselves, nor a
+        learnt peer once the table holds ``MAX_PEERS``."""
         if node is not None and node == self.me:
             return None
         key = Peer(host, port, source).addr
@@ -80,7 +98,9 @@ class PeerTable:
         if peer is None:
             if node is not None and any(p.node == node and p.reachable for p in self.peers.values()):
                 return None  # same node already reachable at another address
-            peer = self.peers[key] = Peer(host, port, source, node)
+            if source in LEARNT and len(self.peers) >= MAX_PEERS:
+                return None
+            peer = self.peers[key] = Peer(host, port, source, node, added=now)
             return peer
         if node is not None:
             peer.node = node
@@ -92,6 +112,14 @@ class PeerTable:
 
     def drop_self(self, peer: Peer) -> None:
         self.peers.pop(peer.addr, None)
+
+    def expire(self, now: float, stale_after: float = STALE_AFTER) -> list[Peer]:
+        """Drop learnt peers that never answered and failed ``FAIL_THRESHOLD`` times, or that
+        have not answered for ``stale_after`` seconds and are failing; returns them."""
+        gone = [p for p in self.peers.values() if p.source in LEARNT and _stale(p, now, stale_after)]
+        for p in gone:
+            del self.peers[p.addr]
+        return gone
 
     def succeeded(self, peer: Peer, now: float, node: bytes | None) -> None:
         if node is not None:

@@ -7,30 +7,49 @@ node) and sends back its answer. It knows nothing of sealing or of the
 protocol's messages.
 
 * ``HttpTransport``: aiohttp, ``POST /v1`` on the peer port (the daemon, ``peerd doctor``), and
-  ``POST /v1/join`` for machines not in the fleet yet (unsealed, ``peerd.protocol.join``; its body
-  is refused past ``JOIN_MAX_BODY`` before it is read whole).
+  ``POST /v1/join`` for machines not in the fleet yet (unsealed, ``peerd.protocol.join``; a body
+  over ``JOIN_MAX_BODY`` is refused with 413). Both routes get the same bounds: connection caps,
+  head and body time limits, ``max_body``.
 * ``MemoryNetwork`` / ``MemoryTransport``: nodes in one process calling each
   other's ``Server.answer`` directly, no sockets (tests, like httpcore's mock
   backend or pycrdt's ``Channel``).
 
 Invariants: a request that gets no answer raises ``TransportError`` naming the
 peer and the kind of failure; aiohttp exceptions never escape; a reply over
-``max_body`` fails the request, and a request over it is refused with 413 and
-reported to the server (``Server.refuse``); a 403 answer is plain text (the
-one reply that is not sealed), every other one ``application/octet-stream``.
+``max_body`` fails the request; a 403 answer is plain text (the one reply that
+is not sealed), every other one ``application/octet-stream``.
+
+The HTTP server bounds what any client can hold (``ServeLimits``), whatever path
+it asks for: a connection over its source's cap or the port's total cap is
+closed as it is accepted (``limits.Gate``); one still without a complete request
+head ``head_timeout`` after it opened (or after its last reply) is dropped; a
+body not complete within ``body_timeout`` gets 408, one declared (or grown)
+over ``max_body`` gets 413 before (or instead of) being read, and the
+connection closes after either, once whatever the client still sends in the
+next ``LINGER`` seconds has been read and dropped (so that it sees the answer
+rather than a reset; nothing of it is kept). Every such refusal, and malformed HTTP, is
+reported to the server (``Server.refuse``), which decides what to log; nothing
+here logs a traceback for a client's fault.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import logging
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import aiohttp
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.typedefs import Middleware
+from aiohttp.web_protocol import RequestPayloadError
 
 from peerd.errors import DaemonError, TransportError
+from peerd.limits import Gate, open_file_limit, peer_caps
 
 PATH = "/v1"
 JOIN_PATH = "/v1/join"
@@ -53,7 +72,8 @@ class Server(Protocol):
         """One unsealed join request (``POST /v1/join``) from a machine not in the fleet yet."""
 
     def refuse(self, remote: str, why: str) -> None:
-        """A request the transport turned away itself (too large), for the server's log and counters."""
+        """A request or connection the transport turned away itself (too large, too slow, over the
+        connection cap, malformed HTTP), for the server's log and counters."""
 
 
 class Transport(Protocol):
@@ -69,25 +89,153 @@ class Transport(Protocol):
 
 # -- over HTTP ---------------------------------------------------------------------------------
 
+HEAD_TIMEOUT = 10.0  # seconds from a connection (or the end of its last reply) to a complete request head
+BODY_TIMEOUT = 10.0  # seconds from the head to the whole body
+LINGER = 2.0  # seconds a refused body is still read (and dropped) so its sender sees the refusal, not a reset
+CLIENT_KEEPALIVE = 5.0  # our client drops idle connections before a server's head timeout could
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """What one peer connection may hold: time for a head and a body, and how many
+    connections one source address and all of them together may keep open."""
+
+    max_connections: int
+    per_source: int
+    head_timeout: float = HEAD_TIMEOUT
+    body_timeout: float = BODY_TIMEOUT
+
+    @classmethod
+    def for_open_files(cls, soft_nofile: int | None = None) -> ServeLimits:
+        total, per_source = peer_caps(open_file_limit() if soft_nofile is None else soft_nofile)
+        return cls(total, per_source)
+
+
+class _Admitted(asyncio.Protocol):
+    """One connection, wrapped around aiohttp's protocol: admitted through the gate at once,
+    or closed at once (its file descriptor given back) when its source or the port is full."""
+
+    def __init__(self, inner: asyncio.Protocol, gate: Gate, refused: Callable[[str], None]) -> None:
+        self.inner = inner
+        self.gate = gate
+        self.refused = refused
+        self.source = ""
+        self.admitted = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        self.source = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        if not self.gate.admit(self.source):
+            assert isinstance(transport, asyncio.Transport)
+            transport.abort()
+            self.refused(self.source)
+            return
+        self.admitted = True
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self.admitted:
+            self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received() if self.admitted else None
+
+    def pause_writing(self) -> None:
+        if self.admitted:
+            self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.admitted:
+            self.inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.admitted:
+            self.admitted = False
+            self.gate.release(self.source)
+            self.inner.connection_lost(exc)
+
+
+class _GatedSite(web.BaseSite):
+    """A TCP site whose connections pass a ``Gate`` before aiohttp sees them."""
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, gate: Gate,
+                 refused: Callable[[str], None]) -> None:
+        super().__init__(runner, backlog=128)
+        self._host, self._port = host, port
+        self.gate = gate
+        self._refused = refused
+
+    @property
+    def name(self) -> str:
+        return f"http://{self._host}:{self._port}"
+
+    async def start(self) -> None:
+        await super().start()
+        server = self._runner.server
+        assert server is not None
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: _Admitted(server(), self.gate, self._refused), self._host, self._port,
+            backlog=self._backlog, reuse_address=True)
+
+
+class _ServerLog(logging.LoggerAdapter[logging.Logger]):
+    """aiohttp's server logger: a client's malformed HTTP (logged by aiohttp with a traceback, or at
+    debug level for a first line that is not HTTP at all) is a refusal, reported through
+    ``Server.refuse`` in one line; anything else is ours and keeps its traceback."""
+
+    def __init__(self, report: Callable[[str, str], None]) -> None:
+        super().__init__(logging.getLogger("aiohttp.server"), {})
+        self.report = report
+
+    def _refusal(self, args: tuple[object, ...], exc_info: Any) -> bool:
+        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        if not isinstance(exc, HttpProcessingError):
+            return False
+        first = (exc.message or type(exc).__name__).strip().splitlines()[0]
+        self.report(str(args[0]) if args else "", f"malformed HTTP ({first})")
+        return True
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
+        if not self._refusal(args, exc_info):
+            super().exception(msg, *args, exc_info=exc_info, **kwargs)
+
+    def debug(self, msg: object, *args: object, exc_info: Any = None, **kwargs: Any) -> None:
+        if exc_info is None or not self._refusal(args, exc_info):
+            super().debug(msg, *args, exc_info=exc_info, **kwargs)
+
 
 class HttpTransport:
     """aiohttp on both sides: a server on the peer port and a keep-alive client."""
 
     def __init__(self, *, max_body: int, total: float, connect: float | None = None,
-                 read: float | None = None) -> None:
+                 read: float | None = None, limits: ServeLimits | None = None) -> None:
         self.max_body = max_body
+        self.limits = limits
         self._timeout = aiohttp.ClientTimeout(total=total, connect=connect, sock_read=read)
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
+        self.gate: Gate | None = None
 
     async def listen(self, server: Server, host: str, port: int) -> int:
-        app = web.Application(client_max_size=self.max_body)
+        limits = self.limits = self.limits or ServeLimits.for_open_files()
+        app = web.Application(client_max_size=self.max_body,
+                              middlewares=[bounded_body(server.refuse, self.max_body, limits.body_timeout)])
         app.router.add_post(PATH, self._handler(server))
         app.router.add_post(JOIN_PATH, self._join_handler(server))
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, logger=_ServerLog(server.refuse),
+            keepalive_timeout=limits.head_timeout,  # aiohttp drops a connection still awaiting a head then
+            lingering_time=LINGER,  # after a 408 or 413, drain (never buffer) the rest briefly, then close
+            auto_decompress=False,  # bodies are sealed: nothing to decompress, no decompression bomb
+        )
         await self._runner.setup()
+        gate = self.gate = Gate(limits.max_connections, limits.per_source)
+        site = _GatedSite(self._runner, host, port, gate,
+                          lambda source: server.refuse(source, "too many connections from this address"
+                                                       if gate.held(source) >= gate.per_source
+                                                       else "the peer port is full"))
         try:
-            await web.TCPSite(self._runner, host, port, reuse_address=True).start()
+            await site.start()
         except OSError as exc:
             await self._runner.cleanup()
             self._runner = None
@@ -97,32 +245,24 @@ class HttpTransport:
             ) from None
         return int(self._runner.addresses[0][1])
 
-    def _handler(self, server: Server) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    @staticmethod
+    def _handler(server: Server) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def handle(request: web.Request) -> web.StreamResponse:
-            remote = request.remote or ""
-            try:
-                body = await request.read()
-            except web.HTTPRequestEntityTooLarge:
-                server.refuse(remote, f"body over the {self.max_body}-byte limit")
-                raise
-            answer = await server.answer(body, remote)
+            answer = await server.answer(await request.read(), request.remote or "")  # read already: cached
             if answer.status == 403:
                 return web.Response(status=403, text=answer.body.decode(errors="replace"))
             return web.Response(status=answer.status, body=answer.body, content_type="application/octet-stream")
 
         return handle
 
-    def _join_handler(self, server: Server) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    @staticmethod
+    def _join_handler(server: Server) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def handle(request: web.Request) -> web.StreamResponse:
-            remote = request.remote or ""
-            if request.content_length is not None and request.content_length > JOIN_MAX_BODY:
-                server.refuse(remote, f"join request over the {JOIN_MAX_BODY}-byte limit")
-                return web.Response(status=413, text="join request too large")
-            body = await request.content.read(JOIN_MAX_BODY + 1)
+            body = await request.read()  # read already (``bounded_body``), within max_body and its time
             if len(body) > JOIN_MAX_BODY:
-                server.refuse(remote, f"join request over the {JOIN_MAX_BODY}-byte limit")
+                server.refuse(request.remote or "", f"join request over the {JOIN_MAX_BODY}-byte limit")
                 return web.Response(status=413, text="join request too large")
-            answer = await server.join(body, remote)
+            answer = await server.join(body, request.remote or "")
             return web.Response(status=answer.status, body=answer.body, content_type="application/octet-stream")
 
         return handle
@@ -131,7 +271,7 @@ class HttpTransport:
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 timeout=self._timeout,
-                connector=aiohttp.TCPConnector(limit=128, force_close=False),
+                connector=aiohttp.TCPConnector(limit=128, force_close=False, keepalive_timeout=CLIENT_KEEPALIVE),
                 skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
             )
         return self._session
@@ -143,7 +283,7 @@ class HttpTransport:
                 return Answer(resp.status, data, resp.headers.get("Date"))
         except TimeoutError:
             raise TransportError("no answer in time (timed out)", peer=addr, kind="timeout") from None
-        except (aiohttp.ClientError, OSError) as exc:
+        except (aiohttp.ClientError, OSError, ValueError) as exc:  # ValueError: a host no URL can hold
             kind, detail = classify(exc)
             raise TransportError(f"cannot reach: {str(exc) or type(exc).__name__}", peer=addr, kind=kind,
                                  detail=detail) from None
@@ -168,6 +308,43 @@ class HttpTransport:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def bounded_body(refuse: Callable[[str, str], None], max_body: int, timeout: float) -> Middleware:
+    """aiohttp middleware: every request's body is read before its handler runs (which then gets
+    it from the request's cache), within ``max_body`` bytes and ``timeout`` seconds; refusals
+    (413 on the declared length, unread; 413 past the limit; 408; 400 when cut off) go to
+    ``refuse`` and close the connection. On every route, whoever adds one."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        remote = request.remote or ""
+        declared = request.content_length
+        if declared is not None and declared > max_body:  # refused unread
+            return _closing(refuse, remote, 413, f"body of {declared} bytes is over the {max_body}-byte limit")
+        try:
+            async with asyncio.timeout(timeout):
+                await request.read()
+        except TimeoutError:
+            return _closing(refuse, remote, 408, f"body not received within {timeout:g} s")
+        except web.HTTPRequestEntityTooLarge:
+            return _closing(refuse, remote, 413, f"body over the {max_body}-byte limit")
+        except (ConnectionError, RequestPayloadError) as exc:  # gone mid-body, or a broken chunked body
+            return _closing(refuse, remote, 400, f"body incomplete ({exc or type(exc).__name__})")
+        return await handler(request)
+
+    return middleware
+
+
+def _closing(refuse: Callable[[str, str], None], remote: str, status: int, why: str) -> web.Response:
+    """A refusal the transport makes itself: reported, and the connection closes."""
+    refuse(remote, why)
+    resp = web.Response(status=status, text=why)
+    resp.force_close()
+    return resp
 
 
 def classify(exc: BaseException) -> tuple[str, str]:

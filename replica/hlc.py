@@ -11,7 +11,7 @@ An HLC value is one int: ``wall_ms << 16 | logical``. Invariants:
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 LOGICAL_BITS = 16
 LOGICAL_MASK = (1 << LOGICAL_BITS) - 1
@@ -39,7 +39,12 @@ def observe(last: int, remote: int, wall_ms: int, max_drift_ms: int = DEFAULT_MA
     return max(last, bounded, pack(wall_ms))
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_LAST_MS = 253402300799999  # 9999-12-31T23:59:59.999Z
+
+
 def to_iso(hlc: int) -> str:
-    """The wall-clock part of a stamp as ISO-8601 UTC with milliseconds."""
-    dt = datetime.fromtimestamp(wall_of(hlc) / 1000, tz=UTC)
+    """The wall-clock part of a stamp as ISO-8601 UTC with milliseconds; a stamp outside
+    the years 1970-9999 shows as the nearest end (it never raises)."""
+    dt = _EPOCH + timedelta(milliseconds=min(max(wall_of(hlc), 0), _LAST_MS))
     return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -8,8 +8,11 @@ Wire and storage form of a signed op (msgpack)::
 The signature covers the exact ``unsigned`` bytes, so verification never depends
 on re-encoding. Invariants checked by ``decode``: the encoding, the signature
 against the origin key, seq >= 1, the op size, a known kind and a body that
-matches the kind's schema and size limits. ``decode`` is pure: bytes in, ``Op``
-or ``InvalidOp`` out.
+matches the kind's schema and size limits. Every integer of an op (seq, hlc, the
+values of its writes) fits SQLite's signed 64 bits: seq in [1, 2^63 - 1], stamps
+in [0, 2^63 - 1], wall-clock times in [0, 2^47 - 1], so nothing a peer signs can
+overflow the store or the calendar. ``decode`` is pure: bytes in, ``Op`` or
+``InvalidOp`` out; ``peek`` reads only what ``decode`` would accept as an identity.
 
 Kinds: ``msg`` (a message), ``set`` (last-writer-wins register writes) and
 ``rtr`` (a retraction of a message by its sender role). A message body gains
@@ -39,6 +42,8 @@ MAX_JSON_REQUEST_BYTES = 6 * 1024 * 1024
 MAX_NAME_CHARS = 256
 MAX_WRITES_PER_OP = 1000
 ORIGIN_BYTES = 32
+MAX_SEQ = 2**63 - 1  # the largest SQLite integer: no op has a larger seq or hlc
+MAX_WALL_MS = 2**47 - 1  # the wall-clock part of an HLC (63 bits less 16 logical ones)
 MAX_SESSION_DAY = 2**31 - 1
 MAX_MESSAGE_ID_CHARS = 64
 MAX_FIELD_KEY_CHARS = 128
@@ -91,7 +96,7 @@ def parse_message_id(mid: str) -> tuple[bytes, int] | None:
     if len(head) != 2 * MESSAGE_ID_PREFIX or not tail.isascii() or not tail.isdigit() or len(tail) > 19:
         return None
     seq = int(tail)
-    if seq >= 2**63:  # no op has such a seq, and SQLite cannot even compare it
+    if not is_seq(seq):  # no op has such a seq, and SQLite cannot even compare it
         return None
     try:
         return bytes.fromhex(head), seq
@@ -130,9 +135,9 @@ def _check_header(header: Any) -> None:
         raise InvalidOp(f"unsupported op version {version!r}")
     if not isinstance(origin, bytes) or len(origin) != ORIGIN_BYTES:
         raise InvalidOp("origin is not a 32-byte node key")
-    if not _is_int(seq) or seq < 1:
-        raise InvalidOp("seq is not an integer >= 1")
-    if not _is_int(hlc) or hlc < 0 or hlc >= 1 << 63:
+    if not is_seq(seq):
+        raise InvalidOp(f"seq is not an integer in 1..{MAX_SEQ}")
+    if not _stamp(hlc):
         raise InvalidOp("hlc is not a non-negative 63-bit integer")
     if not isinstance(body, dict):
         raise InvalidOp("body is not a map")
@@ -149,7 +154,7 @@ def peek(raw: object) -> tuple[bytes, int] | None:
     if not (isinstance(header, list) and len(header) == 6):
         return None
     origin, seq = header[1], header[2]
-    if isinstance(origin, bytes) and len(origin) == ORIGIN_BYTES and _is_int(seq):
+    if isinstance(origin, bytes) and len(origin) == ORIGIN_BYTES and is_seq(seq):
         return origin, seq
     return None
 
@@ -172,6 +177,21 @@ def decode(raw: bytes) -> Op:
 
 def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_seq(v: object) -> bool:
+    """An op's seq: an integer (never a bool) in 1..MAX_SEQ."""
+    return isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_SEQ
+
+
+def _stamp(v: object) -> bool:
+    """An HLC stamp: an integer in 0..MAX_SEQ."""
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_SEQ
+
+
+def _wall_ms(v: object) -> bool:
+    """A wall-clock time in Unix milliseconds, as an HLC can carry it."""
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_WALL_MS
 
 
 def _name(v: object, what: str, *, optional: bool = False) -> None:
@@ -211,10 +231,6 @@ def _check_retract(body: Mapping[str, Any]) -> None:
     if not isinstance(m, str) or not m or len(m) > MAX_MESSAGE_ID_CHARS:
         raise InvalidOp(f"retracted message id must be a non-empty string of at most {MAX_MESSAGE_ID_CHARS} chars")
     _name(body["f"], "retracting role")
-
-
-def _wall_ms(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63
 
 
 def _str_or_none(v: object) -> bool:
@@ -259,11 +275,11 @@ def _prof_field(field: str) -> Callable[[object], bool] | None:
 # LWW tables: table -> (key arities, {field: value predicate} or a field -> predicate lookup).
 # A profile's key is [role] or [role, instance].
 LWW_SCHEMA: dict[str, tuple[tuple[int, ...], Callable[[str], Callable[[object], bool] | None]]] = {
-    "rcpt": ((3,), {"d": _is_int, "r": _is_int}.get),
+    "rcpt": ((3,), {"d": _wall_ms, "r": _wall_ms}.get),
     "prof": ((1, 2), _prof_field),
     "agent": ((1,), {"name": lambda v: isinstance(v, str), "alive": lambda v: isinstance(v, bool)}.get),
     "member": ((2,), {"in": lambda v: isinstance(v, bool)}.get),
-    "thread": ((1,), {"created": _is_int}.get),
+    "thread": ((1,), {"created": _stamp}.get),
     # not last-writer-wins: the earliest time wins (``replica.firstseen``)
     "seen": ((1,), {"at": _wall_ms}.get),
 }

@@ -45,8 +45,10 @@ def offenders(room: str, allowed: tuple[str, ...], banned: tuple[str, ...] = ())
     ("replica", ("replica",), ("asyncio", "aiohttp")),
     ("discovery", ("discovery",), ()),
     ("mcp_server", ("mcp_server", "replica"), ()),
-    ("peerd.protocol", ("peerd.protocol", "replica"), IO),
-    ("peerd.transport", ("peerd.errors",), ()),
+    ("peerd.protocol", ("peerd.protocol", "replica", "discovery.seeds", "discovery.source"), IO),
+    ("peerd.transport", ("peerd.errors", "peerd.limits"), ()),
+    ("peerd.limits", (), IO),
+    ("peerd.ratelog", (), IO),
     ("peerd.peers", ("peerd.protocol", "replica", "discovery.seeds"), IO),
 ])
 def test_each_room_imports_only_what_it_may(room: str, allowed: tuple[str, ...], banned: tuple[str, ...]) -> None:

@@ -33,7 +33,8 @@ from starlette.types import ASGIApp
 from mcp_server.localguard import LOOPBACK_NAMES, host_allowed, origin_allowed, refusal
 from peerd.apiargs import parse_body
 from peerd.lazymount import LazyMount, McpBuilder
-from peerd.local import Limits, LocalServer, build_app, connection_cap, find_local_app
+from peerd.limits import LOCAL_CONNECTIONS, connection_cap
+from peerd.local import Limits, LocalServer, build_app, find_local_app
 from replica import InvalidArgument
 from tests.daemons import Daemon, Fleet, message_ids
 
@@ -133,9 +134,10 @@ def test_regressions_of_the_two_old_guards() -> None:
 
 def test_connection_cap_stays_under_the_open_file_limit() -> None:
     """A quarter of the soft open-file limit, between 16 and 512; unlimited gives the ceiling."""
-    assert connection_cap(1024) == 256
-    assert connection_cap(100) == 25
-    assert connection_cap(32) == 16 and connection_cap(1 << 20) == 512 and connection_cap(-1) == 512
+    assert connection_cap(1024, LOCAL_CONNECTIONS) == 256
+    assert connection_cap(100, LOCAL_CONNECTIONS) == 25
+    assert connection_cap(32, LOCAL_CONNECTIONS) == 16
+    assert connection_cap(1 << 20, LOCAL_CONNECTIONS) == 512 and connection_cap(-1, LOCAL_CONNECTIONS) == 512
 
 
 # -- raw HTTP, so that any header can be sent --------------------------------------------------

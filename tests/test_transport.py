@@ -61,12 +61,12 @@ async def test_a_refusal_is_plain_text_and_everything_else_is_binary(http: HttpT
 
 
 async def test_an_oversized_request_is_refused_with_413_and_reported(http: HttpTransport) -> None:
-    """A request over max_body never reaches answer: 413, and the server hears why."""
+    """A request over max_body never reaches answer: 413 (on its Content-Length, unread), and the server hears why."""
     server = Echo()
     port = await http.listen(server, "127.0.0.1", 0)
     answer = await http.post(f"127.0.0.1:{port}", b"y" * 1001)
     assert answer.status == 413 and server.seen == []
-    assert server.refused == [("127.0.0.1", "body over the 1000-byte limit")]
+    assert server.refused == [("127.0.0.1", "body of 1001 bytes is over the 1000-byte limit")]
 
 
 async def test_an_oversized_reply_fails_the_request(http: HttpTransport) -> None:

@@ -35,13 +35,27 @@ import os
 import sys
 from collections.abc import Sequence
 
-from peerd.cli.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, CliError
+from peerd.cli.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CliError
 from peerd.cli.parser import build_parser
 from peerd.errors import ConfigError, DaemonError
 from replica import PeerdError
 
 
+def undecodable(argv: Sequence[str]) -> str | None:
+    """The first argument that is not valid UTF-8 (it arrives holding lone surrogates), if any."""
+    for arg in argv:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            return arg
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if (bad := undecodable(argv)) is not None:  # checked once here, so no command meets one
+        print(f"peerd: argument {bad!a} is not valid UTF-8 text", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
     args = build_parser().parse_args(argv)
     try:
         code = args.fn(args)

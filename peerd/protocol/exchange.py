@@ -5,11 +5,14 @@ record being ``{a: host, p: port, n: short id | nil, nm: name | nil, s: seconds
 since heard from}``. ``peerd doctor`` probes with ``{t: peers, k: []}``: no
 envelope, so the answerer records nothing about the prober.
 
-Invariants: at most ``RECORDS_MAX`` records are taken from one message; a
-record without a string host and an integer port is skipped; a name is kept
-only when it is a string of 1 to ``NAME_MAX`` characters and names a known
-node id. What is learnt is a candidate, never a working peer: that takes a
-sealed request the candidate answers.
+Invariants: at most ``RECORDS_MAX`` records are taken from one message; each
+record is judged on its own: one whose host and port a ``--seed`` entry could
+not hold (``discovery.seeds.parse_address``: a host name with labels of at most
+63 ASCII characters or an IP literal, a port int in 1..65535, never a bool) or
+whose node id is not ``SHORT`` bytes is skipped, never the whole message; a name
+is kept only when it is a string of 1 to ``NAME_MAX`` characters and names a
+known node id. What is learnt is a candidate, never a working peer: that takes
+a sealed request the candidate answers.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from peerd.protocol.wire import PEERS, Msg, envelope, need, node_name
+from discovery.seeds import parse_address
+from discovery.source import SeedError
+from peerd.protocol.wire import PEERS, SHORT, Msg, envelope, need, node_name
 
 RECORDS_MAX = 1000
 
@@ -54,12 +59,17 @@ def probe() -> Msg:
 
 
 def _record(raw: object) -> PeerRecord | None:
+    """One record as a candidate, or None when it is not one a seed entry could be."""
     if not isinstance(raw, dict):
         return None
-    host, port, node = raw.get("a"), raw.get("p"), raw.get("n")
-    if not isinstance(host, str) or not isinstance(port, int) or isinstance(port, bool):
+    try:
+        where = parse_address(raw.get("a"), raw.get("p"))
+    except SeedError:
         return None
-    return PeerRecord(host, port, node if isinstance(node, bytes) else None, node_name(raw.get("nm")))
+    node = raw.get("n")
+    if node is not None and not (isinstance(node, bytes) and len(node) == SHORT):
+        return None
+    return PeerRecord(where.host, where.port, node, node_name(raw.get("nm")))
 
 
 def learn(msg: Msg) -> Learnt:

@@ -34,6 +34,7 @@ from peerd.protocol.wire import (
     SYNC,
     Msg,
     ProtocolError,
+    count,
     need,
     short,
     shorten,
@@ -60,12 +61,16 @@ def expand(theirs_short: Mapping[bytes, int], ours: Mapping[bytes, int], default
 
 # -- checking what a peer sent ----------------------------------------------------------
 
+VECTOR_MAX = 100_000  # origins a peer's vector may name
+
+
 def _short_vector(raw: Any, what: str) -> dict[bytes, int]:
-    if not isinstance(raw, dict) or len(raw) > 100_000:
+    """A vector by short ids: every key SHORT bytes, every seq in 0..MAX_COUNT."""
+    if not isinstance(raw, dict) or len(raw) > VECTOR_MAX:
         raise ProtocolError(f"{what} is not a vector")
     for k, n in raw.items():
-        if not (isinstance(k, bytes) and len(k) == SHORT and isinstance(n, int) and not isinstance(n, bool) and n >= 0):
-            raise ProtocolError(f"{what} has a malformed entry")
+        if not (isinstance(k, bytes) and len(k) == SHORT and count(n)):
+            raise ProtocolError(f"{what} has a malformed entry (keys of {SHORT} bytes, seqs in 0..2^63-1)")
     return raw
 
 
@@ -78,9 +83,11 @@ def _ops(raw: Any) -> list[bytes]:
 def _ranges(raw: Any) -> dict[bytes, tuple[int, int]]:
     if not isinstance(raw, dict):
         raise ProtocolError("page ranges are not a map")
+    if len(raw) > VECTOR_MAX:
+        raise ProtocolError("page ranges name too many origins")
     out: dict[bytes, tuple[int, int]] = {}
     for k, r in raw.items():
-        ok = isinstance(k, bytes) and isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) for x in r)
+        ok = isinstance(k, bytes) and len(k) == SHORT and isinstance(r, list) and len(r) == 2 and all(map(count, r))
         if not ok or r[0] > r[1]:
             raise ProtocolError("page range is malformed")
         out[k] = (r[0], r[1])

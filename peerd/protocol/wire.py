@@ -7,8 +7,10 @@ answerer's ``n`` (and ``c``, its clock, on ``peers``).
 
 Invariants: ``decode`` returns a map or raises ``ProtocolError`` (msgpack's
 own exceptions never escape); ``stamp`` never overwrites a field a message
-already has; an envelope field of the wrong type reads as absent, never as an
-error, so an old or odd caller is still answered.
+already has; an envelope field of the wrong type or out of range (``n`` not
+``SHORT`` bytes, ``p`` not a port in 1..65535) reads as absent, never as an
+error, so an old or odd caller is still answered; every integer taken from a
+peer passes ``count`` (0..``MAX_COUNT``, SQLite's signed 64 bits).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from replica.errors import RemoteError
 SHORT = 8
 PROTOCOL_VERSION = 1
 NAME_MAX = 64  # longest node name taken from a peer (liveness gossip, never stored)
+MAX_COUNT = 2**63 - 1  # seqs and counts a peer may name: SQLite's largest integer
 
 # Request kinds.
 SYNC, PULL, PUSH, PEERS = "sync", "pull", "push", "peers"
@@ -84,11 +87,20 @@ class Envelope:
     name: str | None = None  # nm: the name it goes by (``peers`` only)
 
 
+def count(v: object) -> bool:
+    """An integer a peer may send as a seq or a count: never a bool, in 0..MAX_COUNT."""
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_COUNT
+
+
+def port_number(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 65535
+
+
 def envelope(msg: Msg) -> Envelope:
     n, p = msg.get("n"), msg.get("p")
     return Envelope(
-        sender=n if isinstance(n, bytes) else None,
-        port=p if isinstance(p, int) and not isinstance(p, bool) else None,
+        sender=n if isinstance(n, bytes) and len(n) == SHORT else None,
+        port=p if port_number(p) else None,
         name=node_name(msg.get("nm")),
     )
 
