@@ -191,3 +191,25 @@ async def test_one_source_cannot_flood_the_desk(pair: Pair) -> None:
     assert statuses[:3] == [200, 200, 200]
     assert set(statuses[3:]) == {429}
     assert len(pair.node.pairing.desk.asks) == 3
+
+
+async def test_the_join_route_over_real_http_is_bounded(tmp_path: Path) -> None:
+    """On a real aiohttp peer port: an oversized join body gets 413, garbage 400, a good ask 200."""
+    from peerd.node import http_transport  # noqa: PLC0415
+    from peerd.protocol.wire import decode  # noqa: PLC0415
+
+    cfg = Config(name="alpha", fleet_key=new_fleet_key(), port=0, local_port=0, mdns=False)
+    node = Node(cfg, Replica.open(":memory:"), bind="127.0.0.1", transport=http_transport(cfg), home=tmp_path)
+    await node.start()
+    client = http_transport(cfg)
+    addr = f"127.0.0.1:{node.peer_port}"
+    try:
+        assert (await client.post(addr, b"x" * 3000, JOIN_PATH)).status == 413
+        assert (await client.post(addr, b"\xc1", JOIN_PATH)).status == 400
+        good = await client.post(addr, wire.request(wire.ASK, k=b"k" * 32, nm="n", c=b"c" * 32), JOIN_PATH)
+        assert good.status == 200 and decode(good.body)["t"] == wire.ASKED
+        assert node.counters["refused"] >= 1
+    finally:
+        await client.close()
+        await node.stop()
+        node.rep.close()
