@@ -84,7 +84,8 @@ async def _collect(news: asyncio.Event, seen: dict[str, Sighting], window: float
         quiet = len(seen) >= enough
         news.clear()
         try:
-            await asyncio.wait_for(news.wait(), min(left, settle) if quiet else left)
+            async with asyncio.timeout(min(left, settle) if quiet else left):
+                await news.wait()
         except TimeoutError:
             if quiet:
                 return

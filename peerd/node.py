@@ -146,9 +146,10 @@ class Node:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
         await self.refresh_keys()
         await self._register()
+        self._fleet_seen = self.rep.fleet_changes  # our own admit changes no key: nothing to follow up
+        self._loop = asyncio.get_running_loop()  # from here on, replica changes reach the node
         self.peer_port = await self.transport.listen(self, self.bind, self.cfg.port)
         self._pushed = await asyncio.to_thread(self.rep.max_lseq)
         await self._start_discovery()
@@ -306,6 +307,7 @@ class Node:
                         sorted(k.hex()[:16] for k in missing) or "no member",
                         sorted(k.hex()[:16] for k in stale) or "none")
             await asyncio.to_thread(self.rep.rotate, key, fleet_id(key))
+            await self._refresh_keys()  # take our own new key now (inside the refresh already under way)
 
     async def use_config(self, cfg: Config) -> None:
         """The home's config changed under a running daemon (``peerd join``): take its fleet key and
@@ -621,7 +623,10 @@ class Node:
             interval = self.cfg.gossip_interval if busy else min(interval * 1.5, self.cfg.gossip_max_interval)
             await asyncio.sleep(MIN_ROUND_GAP)  # wake-ups (pushes, new peers) start rounds at most this often
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), interval * random.uniform(0.8, 1.2))
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
+                # that meets the event being set, and this loop would then outlive stop()
+                async with asyncio.timeout(interval * random.uniform(0.8, 1.2)):
+                    await self._wake.wait()
                 interval = self.cfg.gossip_interval
             self._wake.clear()
 

@@ -108,7 +108,8 @@ class PairingHost:
             event = self._decided.setdefault(ask.id, asyncio.Event())
             left = min(wire.WAIT_MAX, ask.expires - time.monotonic())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), max(left, 0.0))
+                async with asyncio.timeout(max(left, 0.0)):
+                    await event.wait()
             ask = self.desk.ask(req["id"], time.monotonic())  # says so if it expired or was dropped meanwhile
         if ask.state == "approved" and ask.answer is not None:
             self._close(ask.id, "the request was approved and its answer collected")
