@@ -6,20 +6,24 @@ Invariants:
 - Service type ``_peerd._tcp.local.``; instance name ``peerd-<node id>``
   (sanitised, at most 63 bytes), so it is unique per node and stable
   across restarts.
-- The TXT record carries exactly the keys ``node``, ``fleet``, ``proto``
-  and ``port``; each ``key=value`` string fits the 255-byte TXT limit.
+- The TXT record carries the keys ``node``, ``fleet``, ``proto`` and
+  ``port``, and ``name`` (the node's name, for people) when there is one;
+  each ``key=value`` string fits the 255-byte TXT limit. A missing or
+  unusable ``name`` reads as none (older nodes send none).
   The fleet id is derived from the fleet key by the daemon and is never
   the key itself.
 - An advert is accepted only if it decodes, is not our own node id, has our
-  fleet id and our protocol version; everything else is ignored quietly
-  (other fleets and other versions share a LAN legitimately).
+  fleet id (or one of the ``also`` ids a daemon names: its fleet's previous
+  ids, while members catch up with a key rotation) and our protocol version.
+  An advert of another fleet is ``other-fleet``: the daemon reports it to
+  people (another fleet on this LAN), never syncs with it.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -29,6 +33,7 @@ __all__ = [
     "SERVICE_TYPE",
     "Advert",
     "Verdict",
+    "advert_name",
     "decode_txt",
     "encode_txt",
     "instance_label",
@@ -38,7 +43,8 @@ __all__ = [
 ]
 
 SERVICE_TYPE = "_peerd._tcp.local."
-TXT_NODE, TXT_FLEET, TXT_PROTO, TXT_PORT = "node", "fleet", "proto", "port"
+TXT_NODE, TXT_FLEET, TXT_PROTO, TXT_PORT, TXT_NAME = "node", "fleet", "proto", "port", "name"
+MAX_NAME_CHARS = 64
 _MAX_TXT_ENTRY = 255
 _MAX_LABEL = 63
 _LABEL_PREFIX = "peerd-"
@@ -55,6 +61,15 @@ class Advert:
     fleet_id: str
     protocol_version: int
     port: int
+    name: str | None = None
+
+
+def advert_name(name: str | None) -> str | None:
+    """A node name as adverts carry it: printable, trimmed, at most MAX_NAME_CHARS; None otherwise."""
+    if name is None:
+        return None
+    name = name.strip()[:MAX_NAME_CHARS]
+    return name if name and name.isprintable() and len(f"{TXT_NAME}={name}".encode()) <= _MAX_TXT_ENTRY else None
 
 
 def _check_text(name: str, value: str) -> None:
@@ -76,6 +91,9 @@ def encode_txt(advert: Advert) -> dict[str, str]:
         TXT_PROTO: str(advert.protocol_version),
         TXT_PORT: str(advert.port),
     }
+    name = advert_name(advert.name)
+    if name is not None:
+        txt[TXT_NAME] = name
     for key, value in txt.items():
         if len(f"{key}={value}".encode()) > _MAX_TXT_ENTRY:
             raise AdvertError(f"TXT entry {key!r} is longer than {_MAX_TXT_ENTRY} bytes")
@@ -109,16 +127,25 @@ def decode_txt(props: Mapping[bytes, bytes | None]) -> Advert:
         fleet_id=_text(props, TXT_FLEET),
         protocol_version=_number(props, TXT_PROTO, 0, 2**31),
         port=_number(props, TXT_PORT, 1, 65535),
+        name=_optional_name(props),
     )
 
 
+def _optional_name(props: Mapping[bytes, bytes | None]) -> str | None:
+    raw = props.get(TXT_NAME.encode())
+    try:
+        return advert_name(raw.decode()) if raw else None
+    except UnicodeDecodeError:
+        return None
+
+
 def judge_advert(
-    advert: Advert, *, own_node_id: str, fleet_id: str, protocol_version: int
+    advert: Advert, *, own_node_id: str, fleet_id: str, protocol_version: int, also: Collection[str] = ()
 ) -> Verdict:
     """Decide whether a decoded advert is a peer of ours (``"accept"``) or why not."""
     if advert.node_id == own_node_id:
         return "self"
-    if advert.fleet_id != fleet_id:
+    if advert.fleet_id != fleet_id and advert.fleet_id not in also:
         return "other-fleet"
     if advert.protocol_version != protocol_version:
         return "other-version"

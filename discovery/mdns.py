@@ -14,6 +14,10 @@ Invariants:
   change re-announces the advert with the new addresses. Known peers are
   re-read from the mDNS cache at the same pace, so a peer's changed address
   set is handed over again (``found``) within about one poll.
+- Adverts of other fleets are handed to ``other`` (when given) as
+  ``Sighting`` values, and their departures to ``other_gone``; they are never
+  ``found``. ``set_fleet`` changes the advertised fleet id (a key rotation)
+  and re-judges every advert in view.
 - ``stop`` sends goodbye packets (TTL 0) so peers drop this node within
   about a second. A node that vanished without goodbye is reported ``gone``
   only when its PTR record expires (about 20 minutes); liveness is the
@@ -25,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from ipaddress import ip_address
 
@@ -63,6 +68,8 @@ from discovery.source import (
     FoundCallback,
     GoneCallback,
     PeerCandidate,
+    Sighting,
+    SightingCallback,
     call_safely,
 )
 
@@ -123,10 +130,17 @@ class MdnsSource:
         *,
         poll_interval: float = 5.0,
         resolve_timeout: float = 3.0,
+        name: str | None = None,
+        also: Sequence[str] = (),
+        other: SightingCallback | None = None,
+        other_gone: GoneCallback | None = None,
     ) -> None:
         if not poll_interval > 0:
             raise ValueError(f"poll_interval must be > 0, got {poll_interval}")
-        self._advert = Advert(node_id, fleet_id, protocol_version, port)
+        self._advert = Advert(node_id, fleet_id, protocol_version, port, name)
+        self._also = tuple(also)
+        self._other, self._other_gone = other, other_gone
+        self._others: dict[str, Sighting] = {}
         self._txt = encode_txt(self._advert)  # AdvertError (a ValueError) on bad values
         label = instance_label(node_id)
         self._name = f"{label}.{SERVICE_TYPE}"
@@ -183,6 +197,23 @@ class MdnsSource:
         """The IPv4 addresses currently advertised."""
         return self._plan.advertised
 
+    @property
+    def fleet_id(self) -> str:
+        return self._advert.fleet_id
+
+    async def set_fleet(self, fleet_id: str, also: Sequence[str] = ()) -> None:
+        """Advertise ``fleet_id`` from now on, accept adverts of it and of ``also``, and judge
+        every advert in view again (a key rotation changes the fleet id)."""
+        advert = Advert(self._advert.node_id, fleet_id, self._advert.protocol_version, self._advert.port,
+                        self._advert.name)
+        self._txt = encode_txt(advert)
+        self._advert, self._also = advert, tuple(also)
+        if self._zc is not None and self._info is not None:
+            info = self._service_info(self._info.parsed_addresses())
+            await self._zc.async_update_service(info)
+            self._info = info
+        self._refresh_peers(everyone=True)
+
     # -- DiscoverySource ----------------------------------------------------
 
     async def start(self, found: FoundCallback, gone: GoneCallback) -> None:
@@ -208,6 +239,7 @@ class MdnsSource:
             self._watch_task = None
         await self._deactivate()
         self._peers.clear()
+        self._others.clear()
         self._problem = "stopped"
 
     # -- lifecycle ----------------------------------------------------------
@@ -352,16 +384,7 @@ class MdnsSource:
     async def _register(self, addresses: tuple[str, ...]) -> None:
         zc = self._zc
         assert zc is not None
-        info = AsyncServiceInfo(
-            SERVICE_TYPE,
-            self._name,
-            port=self._advert.port,
-            properties=dict(self._txt),
-            server=self._server,
-            host_ttl=_HOST_TTL,
-            other_ttl=_SERVICE_TTL,
-            parsed_addresses=list(addresses),
-        )
+        info = self._service_info(addresses)
         try:
             announcing = await zc.async_register_service(info)
         except NonUniqueNameException:
@@ -377,11 +400,25 @@ class MdnsSource:
         await announcing
         self._announced.set()
 
+    def _service_info(self, addresses: Sequence[str]) -> AsyncServiceInfo:
+        return AsyncServiceInfo(
+            SERVICE_TYPE,
+            self._name,
+            port=self._advert.port,
+            properties=dict(self._txt),
+            server=self._server,
+            host_ttl=_HOST_TTL,
+            other_ttl=_SERVICE_TTL,
+            parsed_addresses=list(addresses),
+        )
+
     def _forget_peers(self) -> None:
         """We can no longer see the LAN: report every mDNS peer as gone."""
         peers, self._peers = self._peers, {}
         for node_id in dict.fromkeys(c.node_id for c in peers.values() if c.node_id):
             self._call_gone(node_id)
+        for name in list(self._others):
+            self._drop_other(name)
 
     # -- browsing -----------------------------------------------------------
 
@@ -400,6 +437,7 @@ class MdnsSource:
             pending.cancel()
         if state_change is ServiceStateChange.Removed:
             self._drop_peer(name)
+            self._drop_other(name)
             return
         task = asyncio.get_running_loop().create_task(self._resolve(name), name=f"resolve {name}")
         self._resolve_tasks[name] = task
@@ -431,29 +469,45 @@ class MdnsSource:
             own_node_id=self._advert.node_id,
             fleet_id=self._advert.fleet_id,
             protocol_version=self._advert.protocol_version,
+            also=self._also,
         )
-        if verdict != "accept":
-            log.debug("ignoring %s: %s", name, verdict)
-            return None
         # Sorted: mDNS caches hold records unordered; a stable order avoids spurious re-finds.
         addresses = tuple(sorted(info.parsed_addresses(IPVersion.V4Only), key=ip_address))
-        if not addresses:
-            return None
-        return PeerCandidate(
+        candidate = None if not addresses else PeerCandidate(
             host=pick_host(addresses, self._local_networks),
             port=advert.port,
             source="mdns",
             node_id=advert.node_id,
             addresses=addresses,
         )
+        if verdict == "other-fleet" and candidate is not None:
+            self._update_other(name, Sighting(candidate, advert.fleet_id, advert.name))
+        else:
+            self._drop_other(name)
+        if verdict != "accept":
+            log.debug("ignoring %s: %s", name, verdict)
+            return None
+        return candidate
 
-    def _refresh_peers(self) -> None:
+    def _update_other(self, name: str, sighting: Sighting) -> None:
+        if self._others.get(name) != sighting:
+            self._others[name] = sighting
+            if self._other is not None:
+                call_safely(log, self._other, sighting)
+
+    def _drop_other(self, name: str) -> None:
+        gone = self._others.pop(name, None)
+        if gone is not None and gone.candidate.node_id and self._other_gone is not None:
+            call_safely(log, self._other_gone, gone.candidate.node_id)
+
+    def _refresh_peers(self, *, everyone: bool = False) -> None:
         """Re-read known peers from the mDNS cache: catches flushed (removed) addresses,
-        which python-zeroconf applies silently, without a browser event."""
+        which python-zeroconf applies silently, without a browser event. ``everyone``: the
+        adverts of other fleets too (after our fleet id changed)."""
         zc = self._zc
         if zc is None:
             return
-        for name in list(self._peers):
+        for name in list(dict.fromkeys([*self._peers, *(self._others if everyone else ())])):
             if name in self._resolve_tasks:
                 continue
             info = AsyncServiceInfo(SERVICE_TYPE, name)

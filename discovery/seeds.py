@@ -285,8 +285,9 @@ class SeedSource:
                 self._emit(state)
             wake_at = min(state.resolve_at, state.retry_at or math.inf)
             timeout = None if wake_at == math.inf else max(0.0, wake_at - loop.time())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(state.wake.wait(), timeout)
+            with contextlib.suppress(TimeoutError):  # not wait_for: on 3.11 it can swallow a cancellation
+                async with asyncio.timeout(timeout):
+                    await state.wake.wait()
 
     async def _resolve(self, state: _SeedState) -> None:
         loop = asyncio.get_running_loop()

@@ -28,6 +28,8 @@ __all__ = [
     "GoneCallback",
     "PeerCandidate",
     "SeedError",
+    "Sighting",
+    "SightingCallback",
     "call_safely",
 ]
 
@@ -70,7 +72,17 @@ class PeerCandidate:
             raise ValueError("peer host must not be empty")
 
 
+@dataclass(frozen=True)
+class Sighting:
+    """A peerd node of another fleet seen on the LAN (or, while scanning, of any fleet)."""
+
+    candidate: PeerCandidate
+    fleet_id: str
+    name: str | None = None
+
+
 FoundCallback = Callable[[PeerCandidate], None]
+SightingCallback = Callable[[Sighting], None]
 GoneCallback = Callable[[str], None]
 
 

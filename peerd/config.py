@@ -91,6 +91,9 @@ class Config:
     """Largest message content accepted (UTF-8 bytes); the op format fixes it at 900,000."""
     broadcast_history_days: int = 7
     """A role's inbox holds the broadcasts sent up to this many days before it was first seen in the fleet."""
+    previous_fleet_keys: tuple[bytes, ...] = field(default=(), repr=False)
+    """Keys the fleet used before its last rotations, newest first (written by the daemon): a
+    member still on one of them is answered with the rotation, never with data."""
 
     def __post_init__(self) -> None:
         _check(self)
@@ -125,7 +128,7 @@ def encode_fleet_key(key: bytes) -> str:
 def decode_fleet_key(text: str) -> bytes:
     """Parse `peerd-fleet-...`; raise ConfigError saying what is wrong with it."""
     text = text.strip()
-    if text.startswith("peerd1:"):
+    if text.startswith(("peerd1:", "peerd2:")):
         raise ConfigError("this is an invite, not a fleet key; use it with `peerd join`")
     if not text.startswith(FLEET_KEY_PREFIX):
         raise ConfigError(f"a fleet key starts with {FLEET_KEY_PREFIX!r}")
@@ -204,6 +207,21 @@ def _check(cfg: Config) -> None:
     _check_int("push_fanout", cfg.push_fanout, 0, 1000)
     _check_sizes(cfg)
     _check_int("broadcast_history_days", cfg.broadcast_history_days, 0, MAX_HISTORY_DAYS)
+    _check_previous(cfg)
+
+
+MAX_PREVIOUS_KEYS = 8
+
+
+def _check_previous(cfg: Config) -> None:
+    keys: object = cfg.previous_fleet_keys
+    if not isinstance(keys, list | tuple):
+        raise ConfigError(f"previous_fleet_keys: expected a list of fleet keys, got {_type_name(keys)}")
+    for i, key in enumerate(keys):
+        if not isinstance(key, bytes) or len(key) != FLEET_KEY_BYTES:
+            raise ConfigError(f"previous_fleet_keys[{i}]: must be a {FLEET_KEY_BYTES}-byte key")
+    kept = tuple(k for k in dict.fromkeys(keys) if k != cfg.fleet_key)[:MAX_PREVIOUS_KEYS]
+    object.__setattr__(cfg, "previous_fleet_keys", kept)
 
 
 def _check_name(name: object) -> None:
@@ -338,8 +356,22 @@ def config_from_dict(data: dict[str, Any]) -> Config:
         values["fleet_key"] = decode_fleet_key(encoded)
     except ConfigError as exc:
         raise ConfigError(f"fleet_key: {exc}") from None
+    if "previous_fleet_keys" in values:
+        values["previous_fleet_keys"] = _decode_key_list(values["previous_fleet_keys"])
     values.setdefault("name", default_name())
     return Config(**values)
+
+
+def _decode_key_list(raw: object) -> tuple[bytes, ...]:
+    if not isinstance(raw, list) or not all(isinstance(k, str) for k in raw):
+        raise ConfigError(f"previous_fleet_keys: expected a list of fleet keys, got {_type_name(raw)}")
+    out = []
+    for i, text in enumerate(raw):
+        try:
+            out.append(decode_fleet_key(text))
+        except ConfigError as exc:
+            raise ConfigError(f"previous_fleet_keys[{i}]: {exc}") from None
+    return tuple(out)
 
 
 def render_config(cfg: Config) -> str:
@@ -380,6 +412,9 @@ def render_config(cfg: Config) -> str:
         "# first seen in the fleet (older ones stay in the log and search). Set it alike on every node.",
         f"broadcast_history_days = {cfg.broadcast_history_days}",
     ]
+    if cfg.previous_fleet_keys:
+        lines += ["", "# Keys this fleet used before it rotated (peerd remove); kept to bring late members up to date.",
+                  f"previous_fleet_keys = {_toml_list(encode_fleet_key(k) for k in cfg.previous_fleet_keys)}"]
     return "\n".join(lines) + "\n"
 
 

@@ -16,6 +16,7 @@ process that merely inherited a stale pid) and waits for the process to exit.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import fcntl
 import json
 import logging
@@ -29,13 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from peerd import home as homes
-from peerd.config import Config
+from peerd.config import Config, load_config, save_config
 from peerd.errors import DaemonError
+from peerd.keyring import KeyRing
 from peerd.lazymount import McpBuilder
 from peerd.limits import raise_open_file_limit
 from peerd.local import LocalServer, build_app, mcp_builder
 from peerd.localapi import build_routes
 from peerd.node import Node
+from peerd.pairapi import pairing_routes
 from peerd.ratelog import RateFilter
 from peerd.transport import HttpTransport
 from replica import Replica, open_home
@@ -48,9 +51,9 @@ EXIT_POLL = 0.05  # s between looks at a pid, only where the OS cannot tell us o
 
 
 def _mcp_app(node: Node) -> McpBuilder:
-    """What builds the MCP app at /mcp, on the first request to it (never at start)."""
-    fleet = node.cfg.fleet_id
-    return mcp_builder(node.rep, node.waiter, fleet_id=lambda: fleet)
+    """What builds the MCP app at /mcp, on the first request to it (never at start); the fleet id
+    is read on each use, since a key rotation changes it."""
+    return mcp_builder(node.rep, node.waiter, fleet_id=lambda: node.keys.fleet_id)
 
 
 class Daemon:
@@ -87,7 +90,8 @@ class Daemon:
         self.rep = await asyncio.to_thread(
             lambda: open_home(self.home, broadcast_history_ms=self.cfg.broadcast_history_ms))
         self.feed = await asyncio.to_thread(ChangeFeed.watching, self.rep)
-        self.node = Node(self.cfg, self.rep, bind=self.bind, feed=self.feed)
+        self.node = Node(self.cfg, self.rep, bind=self.bind, feed=self.feed, home=self.home)
+        self.node.on_keys = self._keys_changed
         await self.node.start()
         caps = self.node.transport.limits if isinstance(self.node.transport, HttpTransport) else None
         if caps is not None:
@@ -98,7 +102,9 @@ class Daemon:
             "fleet_id": self.cfg.fleet_id, "home": str(self.home),
             "peer_port": self.node.peer_port, "peer_url": f"http://{self.advertise}:{self.node.peer_port}",
         }
-        app = build_app(build_routes(self.node, self.info), _mcp_app(self.node))
+        self.info["fleet_id"] = self.node.keys.fleet_id
+        app = build_app([*build_routes(self.node, self.info), *pairing_routes(self.node, self.reload)],
+                        _mcp_app(self.node))
         self.local = LocalServer(app, self.cfg.local_port)
         try:
             await self.local.start()
@@ -113,6 +119,29 @@ class Daemon:
         log.info("peerd ready: node %s, peer port %d, local %s",
                  self.rep.node_id[:16], self.node.peer_port, self.info["local_url"])
         return self.info
+
+    def _keys_changed(self, ring: KeyRing) -> None:
+        """A rotation (or a removal) changed the key this node seals with: config.toml and
+        daemon.json say so, so a restart keeps it and ``peerd status`` shows the new fleet id."""
+        path = homes.config_path(self.home)
+        try:
+            saved = load_config(path)
+            if (saved.fleet_key, saved.previous_fleet_keys) != (ring.current, ring.previous):
+                save_config(path, dataclasses.replace(saved, fleet_key=ring.current, previous_fleet_keys=ring.previous))
+        except (DaemonError, OSError) as exc:
+            log.error("could not save the rotated fleet key to %s: %s", path, exc)
+        if self.info:
+            self.info["fleet_id"] = ring.fleet_id
+            homes.write_daemon_json(self.home, self.info)
+
+    async def reload(self) -> dict[str, Any]:
+        """Take the home's config.toml again (``peerd join`` wrote a fleet into it)."""
+        assert self.node is not None
+        cfg = await asyncio.to_thread(load_config, homes.config_path(self.home))
+        await self.node.use_config(cfg)
+        self.info["fleet_id"] = self.node.keys.fleet_id
+        homes.write_daemon_json(self.home, self.info)
+        return {"fleet_id": self.node.keys.fleet_id, "seeds": list(self.node.cfg.seeds)}
 
     async def stop(self) -> None:
         homes.remove_daemon_json(self.home, only_pid=os.getpid())

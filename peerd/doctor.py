@@ -3,7 +3,8 @@
 Checks, in order: the home folder, ``config.toml``, the node key, the replica
 file, the daemon (``daemon.json``, its process, its local API), the peer and
 local ports, mDNS, every seed and every peer the daemon knows (reachable, same
-fleet), and each answering peer's clock against ours.
+fleet), each answering peer's clock against ours, and the fleet's membership news
+(another fleet on this LAN, join requests waiting, this node removed).
 
 Invariants:
 * Doctor changes nothing: the replica file is only looked at read-only
@@ -310,6 +311,27 @@ def check_mdns(cfg: Config, status: dict[str, Any] | None, addresses: Sequence[s
     return Finding("mdns", OK, "", f"on, on {', '.join(addresses[:4])}{seen}")
 
 
+def membership_findings(status: dict[str, Any] | None) -> list[Finding]:
+    """Other fleets on this LAN, join requests waiting, this node removed (from the daemon's status)."""
+    if status is None:
+        return []
+    out = []
+    if (status.get("fleet") or {}).get("removed_here"):
+        out.append(Finding("fleet", FAIL, str(status.get("fleet_id", "")), "this node was removed from the "
+                           "fleet: members refuse its new ops and its key opens nothing any more",
+                           "join again with a fresh home: peerd join --lan --home NEW_FOLDER"))
+    if status.get("join_requests"):
+        out.append(Finding("fleet", WARN, "", f"{status['join_requests']} join request(s) wait for approval here",
+                           "peerd requests, then peerd approve CODE (or peerd reject CODE)"))
+    for other in status.get("other_fleets") or []:
+        nodes = ", ".join(f"{n.get('name') or n['node_id']} at {n['address']}" for n in other.get("nodes", []))
+        out.append(Finding("fleet", WARN, other["fleet_id"], f"another peerd fleet is on this LAN ({nodes}); this "
+                           f"node is in fleet {status.get('fleet_id')}, so they never sync",
+                           f"to join it: {other['join']} here, then approve on one of its members; to bring those "
+                           "machines here instead: peerd join --lan there, then peerd approve here"))
+    return out
+
+
 # -- probing peers --------------------------------------------------------------------------------
 
 
@@ -400,7 +422,8 @@ _PROBE_FIX = {
     "refused": "start peerd there, or correct the port (the peer port, 7733 unless configured otherwise)",
     "timeout": "the host may be down, or a firewall drops the port: allow TCP to it",
     "unreachable": "check the network path to that host (routing, VPN, firewall)",
-    "wrong-fleet": "give both machines the same fleet key: `peerd invite` here, `peerd join <token>` there",
+    "wrong-fleet": "bring that machine into this fleet: `peerd join --lan` there, then `peerd approve CODE` here "
+                   "(or `peerd invite` here, `peerd join TOKEN` there)",
     "not-peerd": "something other than peerd listens there: correct the address or port",
 }
 
@@ -501,6 +524,7 @@ def run_checks(home: Path, *, timeout: float = 3.0) -> Report:
     probes = probe_all(addresses, cfg, timeout, node_id)
     report.findings += check_ports(cfg, status, probes.get(own) if own else None)
     add(check_mdns(cfg, status, lan_addresses() if cfg.mdns else [], probe_mdns_port() if cfg.mdns else None))
+    report.findings += membership_findings(status)
     for s in seeds:
         add(seed_finding(probes[s]) if s in probes else Finding("seed", SKIP, s, "too many addresses to probe"))
     for row in peers:

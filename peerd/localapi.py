@@ -48,6 +48,11 @@ async def status(node: Node, info: dict[str, Any]) -> dict[str, Any]:
     peers = await node.peers_report()
     return {
         **info,
+        "fleet_id": node.keys.fleet_id,
+        "fleet": {"epoch": node.keys.epoch, "removed_here": node.keys.removed,
+                  "previous_fleet_ids": list(node.keys.previous_ids)},
+        "other_fleets": node.others.report(time.time()),
+        "join_requests": len(node.pairing.requests()),
         "uptime": round(time.time() - node.started, 1),
         "totals": stats,
         "peers": peers,

@@ -13,6 +13,13 @@ rule) and ``peers`` (pure table); it seals, sends and schedules, through a
   (``replica.feed``), which also tells it of ops written by other processes
   on the same replica; no loop polls the database.
 
+Membership (``replica.membership``, ``peerd.keyring``): the node seals with the
+current fleet key; a request that opens only with a key the fleet used before a
+rotation is answered with the rotation and nothing else; a peer that refuses our
+key is first handed the rotation under the old key; the node follows rotations
+as their ops land (switching key, fleet id and mDNS advert) and never calls a
+removed node. Join requests (``POST /v1/join``, unsealed) go to ``peerd.pairing``.
+
 Invariants: every request and response body is sealed with the fleet key; a
 body that does not open is refused (403); ops are verified by the replica
 before anything is stored; SQLite work runs off the event loop, and the peer
@@ -35,26 +42,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 from discovery import DiscoverySource, MdnsSource, PeerCandidate, SeedError, SeedSource, parse_seed
+from discovery.source import Sighting
 from mcp_server.waiter import FeedWaiter
-from peerd import protocol
-from peerd.config import DEFAULT_PORT, Config
+from peerd import keyring, lan, protocol
+from peerd.config import DEFAULT_PORT, Config, fleet_id, new_fleet_key
 from peerd.errors import PeerError, SealError
 from peerd.indexer import keep_indexed
+from peerd.keyring import KeyRing
+from peerd.pairing.host import PairingHost
 from peerd.peers import FAIL_THRESHOLD, Peer, PeerTable
 from peerd.protocol import Msg, Outcome, ProtocolError, RoundResult
 from peerd.ratelog import RateLog, summary
-from peerd.seal import open_sealed, seal
 from peerd.transport import Answer, HttpTransport, Transport
 from replica import Replica, vector
 from replica.errors import PeerdError, RemoteError, StoreError
 from replica.feed import ChangeFeed
+from replica.fleet import FleetView
 
 log = logging.getLogger("peerd.node")
 
@@ -67,6 +79,8 @@ CONNECT_TIMEOUT = 3.0
 READ_TIMEOUT = 10.0
 PROGRESS_LOG_EVERY = 2.0
 WRONG_FLEET = "refused our request: not in the same fleet (different fleet key)"
+REMOVED = ("this node was removed from the fleet (its key was rotated without it); it can no longer sync. "
+           "To take part again, join with a fresh home: `peerd join --lan` (or an invite) with another --home")
 
 
 LOG_TEXT_MAX = 300  # characters of a peer's words (an error it sent, a kind it named) that a log line quotes
@@ -87,10 +101,19 @@ def http_transport(cfg: Config) -> HttpTransport:
 
 class Node:
     def __init__(self, cfg: Config, rep: Replica, *, bind: str = "0.0.0.0", transport: Transport | None = None,
-                 feed: ChangeFeed | None = None) -> None:
+                 feed: ChangeFeed | None = None, home: Path | None = None) -> None:
         """``feed`` is the process's change feed over ``rep`` (the daemon's watches other
-        processes' writes); without one the node follows only writes through ``rep``."""
+        processes' writes); without one the node follows only writes through ``rep``.
+        ``home`` holds the invite records this node redeems (None: it redeems none)."""
         self.cfg = cfg
+        self.keys = KeyRing(cfg.fleet_key, cfg.previous_fleet_keys)
+        self.on_keys: Callable[[KeyRing], None] | None = None  # the daemon saves a rotation to config.toml
+        self.pairing = PairingHost(self, home)
+        self.others = lan.OtherFleets()
+        self._fleet_seen = -1
+        self._keys_lock = asyncio.Lock()
+        self._removed_short: set[bytes] = set()
+        self._told_old_key: set[str] = set()
         self.rep = rep
         self.bind = bind
         self.me = protocol.short(rep.node_key)
@@ -123,7 +146,10 @@ class Node:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
+        await self.refresh_keys()
+        await self._register()
+        self._fleet_seen = self.rep.fleet_changes  # our own admit changes no key: nothing to follow up
+        self._loop = asyncio.get_running_loop()  # from here on, replica changes reach the node
         self.peer_port = await self.transport.listen(self, self.bind, self.cfg.port)
         self._pushed = await asyncio.to_thread(self.rep.max_lseq)
         await self._start_discovery()
@@ -145,15 +171,19 @@ class Node:
         if self.cfg.mdns:
             interfaces = self.cfg.mdns_interfaces
             self.mdns = MdnsSource(
-                self.rep.node_id, self.cfg.fleet_id, self.peer_port, protocol.PROTOCOL_VERSION,
+                self.rep.node_id, self.keys.fleet_id, self.peer_port, protocol.PROTOCOL_VERSION,
                 interfaces if isinstance(interfaces, str) else list(interfaces),
+                name=self.cfg.name, also=self.keys.previous_ids, other=self._other_fleet,
+                other_gone=self.others.gone,
             )
             sources.append(self.mdns)
         for source in sources:
-            await source.start(self._found, self.table.mark_gone)
+            await source.start(self._found, self._gone)
 
     def _found(self, cand: PeerCandidate) -> None:
         node = bytes.fromhex(cand.node_id)[: protocol.SHORT] if cand.node_id else None
+        if node is not None and node in self._removed_short:
+            return  # a removed node: it learns so when it calls us, and is answered with the rotation only
         self.add_candidate(cand.host, cand.port, source=cand.source, node=node)
         peer = self.table.peers.get(Peer(cand.host, cand.port, cand.source).addr)
         if peer is not None and cand.addresses:
@@ -197,7 +227,127 @@ class Node:
     def _on_replica_change(self) -> None:  # called by the feed from whichever thread learned of it
         if self._loop is not None and not self._loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed in between
-                self._loop.call_soon_threadsafe(self._push_evt.set)
+                self._loop.call_soon_threadsafe(self._changed)
+
+    def _changed(self) -> None:
+        self._push_evt.set()
+        if self.rep.fleet_changes != self._fleet_seen:
+            self.spawn(self.refresh_keys())
+
+    # -- fleet keys and membership ---------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.cfg.name
+
+    def lan_seeds(self) -> list[str]:
+        """Where other machines reach this node (mDNS addresses and the peer port), for a joiner."""
+        addresses = self.mdns.addresses if self.mdns is not None else ()
+        return [f"{a}:{self.peer_port}" for a in addresses][:8]
+
+    async def refresh_keys(self) -> None:
+        """Follow the fleet's membership: the key to seal with, removals, mending a rotation. One
+        at a time, each on what the one before left, so a rotation is never mended twice."""
+        async with self._keys_lock:
+            await self._refresh_keys()
+
+    async def _refresh_keys(self) -> None:
+        self._fleet_seen = self.rep.fleet_changes
+        mine = await asyncio.to_thread(self.rep.fleet_keys)
+        assert mine.view is not None
+        ring = keyring.derive(self.cfg.fleet_key, self.cfg.previous_fleet_keys, mine.opened, mine.current,
+                              epoch=mine.epoch, removed=mine.removed)
+        self._removed_short = {protocol.short(k) for k in mine.view.standing.removed}
+        for p in self.table.peers.values():
+            self._is_removed(p)
+        if ring != self.keys:
+            await self._switch(ring)
+        await self._mend(mine.view)
+
+    async def _register(self) -> None:
+        """Make this node known to the fleet by its full key and name (an ``admit`` op of itself,
+        written once, and again when its name changes): a rotation seals the new key only to nodes
+        known so, so a member that never wrote anything is not left out."""
+        view = await asyncio.to_thread(self.rep.fleet_view)
+        mine = view.admitted.get(self.rep.node_key)
+        if not self.keys.removed and (mine is None or mine.name != self.cfg.name):
+            await asyncio.to_thread(self.rep.admit_node, self.rep.node_key, self.cfg.name, self.keys.fleet_id)
+
+    def _is_removed(self, peer: Peer) -> bool:
+        """A removed node is never called again (it learns of its removal when it calls us)."""
+        if peer.node is not None and peer.node in self._removed_short:
+            peer.gone = True
+        return peer.gone and peer.node in self._removed_short
+
+    async def _switch(self, ring: KeyRing) -> None:
+        old, self.keys = self.keys, ring
+        self.cfg = dataclasses.replace(self.cfg, fleet_key=ring.current, previous_fleet_keys=ring.previous)
+        if ring.removed and not old.removed:
+            log.error(REMOVED)
+        elif ring.current != old.current:
+            log.warning("the fleet key was rotated (epoch %d): now fleet %s, was %s", ring.epoch, ring.fleet_id,
+                        old.fleet_id)
+        self.others.forget_fleets({ring.fleet_id, *ring.previous_ids})
+        if self.mdns is not None:
+            await self.mdns.set_fleet(ring.fleet_id, ring.previous_ids)
+        if self.on_keys is not None:
+            self.on_keys(ring)
+        self._wake.set()  # peers still on the old key hear of it at once
+
+    async def _mend(self, view: FleetView) -> None:
+        """The member whose rotation won re-rotates when it left out a member (one let in on an
+        older key, or whose ops arrived later) or still gave the key to a node since removed."""
+        winner = view.standing.winner
+        if winner is None or winner.origin != self.rep.node_key or self.keys.removed:
+            return
+        missing, stale = view.gaps()
+        if missing or stale:
+            key = new_fleet_key()
+            log.warning("re-rotating the fleet key: the last rotation missed %s and reached removed %s",
+                        sorted(k.hex()[:16] for k in missing) or "no member",
+                        sorted(k.hex()[:16] for k in stale) or "none")
+            await asyncio.to_thread(self.rep.rotate, key, fleet_id(key))
+            await self._refresh_keys()  # take our own new key now (inside the refresh already under way)
+
+    async def use_config(self, cfg: Config) -> None:
+        """The home's config changed under a running daemon (``peerd join``): take its fleet key and
+        seeds. Another fleet's key starts the peer table afresh."""
+        other_fleet = cfg.fleet_key not in (self.keys.current, *self.keys.previous)
+        self.cfg = dataclasses.replace(self.cfg, fleet_key=cfg.fleet_key, previous_fleet_keys=cfg.previous_fleet_keys,
+                                       seeds=(*cfg.seeds, *self.cfg.seeds))
+        if other_fleet:
+            log.warning("joined fleet %s; leaving fleet %s", cfg.fleet_id, self.keys.fleet_id)
+            self.table.peers.clear()
+            self._outbox.clear()
+            self.others.forget_fleets({cfg.fleet_id})
+        if self.seeds is not None:
+            await self.seeds.stop()
+            self.seeds = SeedSource(list(self.cfg.seeds), default_port=DEFAULT_PORT)
+            await self.seeds.start(self._found, self._gone)
+        self.keys = KeyRing(self.cfg.fleet_key, self.cfg.previous_fleet_keys)
+        await self.refresh_keys()
+        if self.mdns is not None:
+            await self.mdns.set_fleet(self.keys.fleet_id, self.keys.previous_ids)
+        self._wake.set()
+
+    def _gone(self, node_hex: str) -> None:
+        self.table.mark_gone(node_hex)
+
+    def _other_fleet(self, seen: Sighting) -> None:
+        """An mDNS advert of another fleet id: a member on another key (talk to it: one of us
+        catches up), or another fleet (tell people, once)."""
+        self.spawn(self._judge_other(seen))
+
+    async def _judge_other(self, seen: Sighting) -> None:
+        cand = seen.candidate
+        node = bytes.fromhex(cand.node_id) if cand.node_id else b""
+        view = await asyncio.to_thread(self.rep.fleet_view)
+        if node in view.members:
+            self._found(cand)
+            return
+        addr = f"{cand.host}:{cand.port}"
+        if self.others.saw(seen.fleet_id, cand.node_id or "", seen.name, addr, time.time()):
+            log.warning(lan.describe(seen.fleet_id, seen.name, cand.node_id or "?", addr))
 
     # -- serving peers ---------------------------------------------------------------------
 
@@ -215,20 +365,47 @@ class Node:
 
     async def _answer(self, body: bytes, remote: str) -> Answer:
         try:
-            req = protocol.decode_request(open_sealed(self.cfg.fleet_key, body))
+            plain, key = self.keys.open(body)
+            if key != self.keys.current:
+                return await self._answer_old_key(key, remote)
+            req = protocol.decode_request(plain)
         except SealError as exc:
             self.refuse(remote, str(exc))
             return Answer(403, str(exc).encode())
         except ProtocolError as exc:
-            return self._error(remote, exc)
+            return self._error(remote, exc, key)
         self._saw_inbound(remote, req.envelope)
         try:
             out = await asyncio.to_thread(protocol.dispatch, self.rep, req, self._here(req))
         except RemoteError as exc:
-            return self._error(remote, exc)
+            return self._error(remote, exc, key)
         self._follow(out, req.envelope.sender)
+        if self.rep.fleet_changes != self._fleet_seen:  # the caller's retry must find us on the new key
+            await self.refresh_keys()
         self._recovered("our replica", "store")
-        return self._sealed(out.reply)
+        return self._sealed(out.reply, key=key)
+
+    async def join(self, body: bytes, remote: str) -> Answer:
+        """An unsealed join request (``POST /v1/join``): the pairing host answers it; never raises
+        (a store failure is a 503, a bug of ours a 500, both plain text: the caller has no key)."""
+        try:
+            return await self.pairing.answer(body, remote)
+        except StoreError as exc:
+            self._report_once("our replica", "store", f"cannot answer peers from our replica: {exc}")
+            return Answer(503, protocol.encode(protocol.error_reply(exc)))
+        except Exception as exc:
+            self._bug("answering a join request", exc)
+            return Answer(500, protocol.encode(protocol.error_reply(RuntimeError("internal error"))))
+
+    async def _answer_old_key(self, key: bytes, remote: str) -> Answer:
+        """A request sealed with a key the fleet used before: answer with the rotation, nothing else
+        (a member that missed it catches up; a removed node learns it was removed)."""
+        ops = await asyncio.to_thread(self.rep.rekey_ops)
+        if remote not in self._told_old_key:
+            self._told_old_key.add(remote)
+            log.info("%s called with the fleet's previous key; answered with the key rotation only", remote)
+        reply = protocol.sign_reply({"t": protocol.REKEY, "o": ops}, me=self.me, kind=protocol.REKEY, clock_ms=0)
+        return Answer(200, self.keys.seal(protocol.encode(reply), key))
 
     def refuse(self, remote: str, why: str) -> None:
         """A refused request or connection: counted always, logged at most ``ratelog.BURST``
@@ -252,12 +429,12 @@ class Node:
         records = self.table.exchange_records(time.monotonic()) if req.wants_peers else ()
         return protocol.Here(self.me, self.cfg.name, self.cfg.page_bytes, time.time_ns() // 1_000_000, records)
 
-    def _sealed(self, reply: Msg, status: int = 200) -> Answer:
-        return Answer(status, seal(self.cfg.fleet_key, protocol.encode(reply)))
+    def _sealed(self, reply: Msg, status: int = 200, key: bytes | None = None) -> Answer:
+        return Answer(status, self.keys.seal(protocol.encode(reply), key))
 
-    def _error(self, remote: str, exc: Exception) -> Answer:
+    def _error(self, remote: str, exc: Exception, key: bytes | None = None) -> Answer:
         self.refuse(remote, str(exc))
-        return self._sealed(protocol.error_reply(exc), 400)
+        return self._sealed(protocol.error_reply(exc), 400, key)
 
     def _saw_inbound(self, host: str, sender: protocol.Envelope) -> None:
         if sender.port is None or not host or sender.sender == self.me:
@@ -288,19 +465,67 @@ class Node:
     # -- calling peers ---------------------------------------------------------------------
 
     async def call(self, peer: Peer, msg: Msg) -> Msg:
-        """Send one sealed request; the reply, or PeerError saying what went wrong."""
-        body = seal(self.cfg.fleet_key, protocol.encode(protocol.stamp(msg, me=self.me, port=self.peer_port)))
+        """Send one sealed request; the reply, or PeerError saying what went wrong. Across a key
+        rotation it tries once more: after telling a peer on an older key of the rotation (a 403),
+        or after catching up with one the peer told us of (a ``rekey`` reply)."""
+        for last in (False, True):
+            reply = await self._call_once(peer, msg, last)
+            if reply is not None:
+                return reply
+        raise AssertionError("unreachable: the last try returns or raises")
+
+    async def _call_once(self, peer: Peer, msg: Msg, last: bool) -> Msg | None:
+        keys = self.keys
+        body = keys.seal(protocol.encode(protocol.stamp(msg, me=self.me, port=self.peer_port)))
         answer = await self.transport.post(peer.addr, body)
         if answer.status == 403:
-            raise PeerError(WRONG_FLEET, peer=peer.addr)
+            if not last and await self._tell_rotation(peer):
+                return None
+            raise PeerError(REMOVED if keys.removed else WRONG_FLEET, peer=peer.addr)
         try:
-            reply = protocol.decode(open_sealed(self.cfg.fleet_key, answer.body))
+            reply = protocol.decode(keys.open(answer.body)[0])
         except (SealError, ProtocolError) as exc:
             raise PeerError(f"sent an unreadable reply (HTTP {answer.status}): {exc}", peer=peer.addr) from None
+        if reply.get("t") == protocol.REKEY and answer.status == 200:
+            if not last and await self._catch_up(peer, reply):
+                return None
+            raise PeerError(REMOVED if self.keys.removed else "answered with a key rotation that gives this node "
+                            "no key", peer=peer.addr)
         refused = protocol.refusal(reply, answer.status)
         if refused is not None:
             raise PeerError(f"refused our request: {refused}", peer=peer.addr)
         return reply
+
+    async def _tell_rotation(self, peer: Peer) -> bool:
+        """A peer refused our key: if it is a member on a key we used before, push it the rotation
+        sealed with that key. True when it took it (then our key opens there)."""
+        if not self.keys.previous or peer.node in self._removed_short:
+            return False
+        ops = await asyncio.to_thread(self.rep.rekey_ops)
+        if not ops:
+            return False
+        push = protocol.encode(protocol.stamp({"t": protocol.PUSH, "o": ops}, me=self.me, port=self.peer_port))
+        for key in self.keys.previous:
+            answer = await self.transport.post(peer.addr, self.keys.seal(push, key))
+            if answer.status == 200:
+                log.info("told %s of the fleet's key rotation", peer.addr)
+                return True
+        return False
+
+    async def _catch_up(self, peer: Peer, reply: Msg) -> bool:
+        """Apply the rotation a peer answered with; True when it gave us a new key to retry with."""
+        ops = reply.get("o")
+        if not isinstance(ops, list) or not all(isinstance(o, bytes) for o in ops):
+            raise PeerError("answered with a malformed key rotation", peer=peer.addr)
+        before = self.keys.current
+        try:
+            await asyncio.to_thread(self.rep.apply, ops)
+        except RemoteError as exc:
+            raise PeerError(f"answered with a key rotation that does not verify: {exc}", peer=peer.addr) from None
+        await self.refresh_keys()
+        if self.keys.current != before:
+            log.info("caught up with the fleet's key rotation from %s", peer.addr)
+        return self.keys.current != before
 
     async def sync_with(self, peer: Peer) -> RoundResult:
         """One push-pull round with ``peer``; updates the peer table either way."""
@@ -386,6 +611,8 @@ class Node:
             try:
                 self._expire_peers()
                 for peer in self.table.pick(2, time.monotonic(), busy=frozenset(self._in_round)):
+                    if self._is_removed(peer):
+                        continue
                     self._in_round.add(peer.addr)
                     self.spawn(self._round(peer, exchange=ticks % EXCHANGE_EVERY == 0))
             except Exception as exc:  # the schedule must outlive any bug: the next tick tries again
@@ -396,7 +623,10 @@ class Node:
             interval = self.cfg.gossip_interval if busy else min(interval * 1.5, self.cfg.gossip_max_interval)
             await asyncio.sleep(MIN_ROUND_GAP)  # wake-ups (pushes, new peers) start rounds at most this often
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), interval * random.uniform(0.8, 1.2))
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
+                # that meets the event being set, and this loop would then outlive stop()
+                async with asyncio.timeout(interval * random.uniform(0.8, 1.2)):
+                    await self._wake.wait()
                 interval = self.cfg.gossip_interval
             self._wake.clear()
 
@@ -499,6 +729,8 @@ class Node:
         """Queue ops for a few live peers; each peer's queue drains in its own task, so a
         burst of writes coalesces into few requests and a slow peer delays only itself."""
         for peer in self.table.push_targets(self.cfg.push_fanout, exclude=exclude):
+            if self._is_removed(peer):
+                continue
             box = self._outbox.setdefault(peer.addr, [])
             box.extend(raws)
             if len(box) > OUTBOX_LIMIT:  # far behind: drop the backlog, rounds repair it

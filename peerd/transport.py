@@ -6,7 +6,10 @@ every request that arrives, with the caller's address, to a ``Server`` (the
 node) and sends back its answer. It knows nothing of sealing or of the
 protocol's messages.
 
-* ``HttpTransport``: aiohttp, ``POST /v1`` on the peer port (the daemon, ``peerd doctor``).
+* ``HttpTransport``: aiohttp, ``POST /v1`` on the peer port (the daemon, ``peerd doctor``), and
+  ``POST /v1/join`` for machines not in the fleet yet (unsealed, ``peerd.protocol.join``; a body
+  over ``JOIN_MAX_BODY`` is refused with 413). Both routes get the same bounds: connection caps,
+  head and body time limits, ``max_body``.
 * ``MemoryNetwork`` / ``MemoryTransport``: nodes in one process calling each
   other's ``Server.answer`` directly, no sockets (tests, like httpcore's mock
   backend or pycrdt's ``Channel``).
@@ -49,6 +52,8 @@ from peerd.errors import DaemonError, TransportError
 from peerd.limits import Gate, open_file_limit, peer_caps
 
 PATH = "/v1"
+JOIN_PATH = "/v1/join"
+JOIN_MAX_BODY = 2048
 READ_CHUNK = 65536
 
 
@@ -63,6 +68,9 @@ class Server(Protocol):
 
     async def answer(self, body: bytes, remote: str) -> Answer: ...
 
+    async def join(self, body: bytes, remote: str) -> Answer:
+        """One unsealed join request (``POST /v1/join``) from a machine not in the fleet yet."""
+
     def refuse(self, remote: str, why: str) -> None:
         """A request or connection the transport turned away itself (too large, too slow, over the
         connection cap, malformed HTTP), for the server's log and counters."""
@@ -72,7 +80,7 @@ class Transport(Protocol):
     async def listen(self, server: Server, host: str, port: int) -> int:
         """Serve requests on ``host:port`` (0: any free port); returns the port."""
 
-    async def post(self, addr: str, body: bytes) -> Answer:
+    async def post(self, addr: str, body: bytes, path: str = PATH) -> Answer:
         """One request to ``addr`` (``host:port``); TransportError when no answer comes."""
 
     async def close(self) -> None:
@@ -213,6 +221,7 @@ class HttpTransport:
         app = web.Application(client_max_size=self.max_body,
                               middlewares=[bounded_body(server.refuse, self.max_body, limits.body_timeout)])
         app.router.add_post(PATH, self._handler(server))
+        app.router.add_post(JOIN_PATH, self._join_handler(server))
         self._runner = web.AppRunner(
             app, access_log=None, handle_signals=False, logger=_ServerLog(server.refuse),
             keepalive_timeout=limits.head_timeout,  # aiohttp drops a connection still awaiting a head then
@@ -246,6 +255,18 @@ class HttpTransport:
 
         return handle
 
+    @staticmethod
+    def _join_handler(server: Server) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            body = await request.read()  # read already (``bounded_body``), within max_body and its time
+            if len(body) > JOIN_MAX_BODY:
+                server.refuse(request.remote or "", f"join request over the {JOIN_MAX_BODY}-byte limit")
+                return web.Response(status=413, text="join request too large")
+            answer = await server.join(body, request.remote or "")
+            return web.Response(status=answer.status, body=answer.body, content_type="application/octet-stream")
+
+        return handle
+
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
             self._session = aiohttp.ClientSession(
@@ -255,9 +276,9 @@ class HttpTransport:
             )
         return self._session
 
-    async def post(self, addr: str, body: bytes) -> Answer:
+    async def post(self, addr: str, body: bytes, path: str = PATH) -> Answer:
         try:
-            async with self._client().post(f"http://{addr}{PATH}", data=body) as resp:
+            async with self._client().post(f"http://{addr}{path}", data=body) as resp:
                 data = await self._read_capped(resp, addr)
                 return Answer(resp.status, data, resp.headers.get("Date"))
         except TimeoutError:
@@ -349,6 +370,7 @@ class Post:
     src: str  # the caller's own address, once it listens ("" before)
     dst: str
     body: bytes
+    path: str = PATH
 
 
 @dataclass
@@ -383,12 +405,14 @@ class MemoryTransport:
         self.addr = addr
         return port
 
-    async def post(self, addr: str, body: bytes) -> Answer:
+    async def post(self, addr: str, body: bytes, path: str = PATH) -> Answer:
         server = self.network.servers.get(addr)
         if server is None:
             raise TransportError("cannot reach: nothing listens there", peer=addr, kind="refused",
                                  detail="connection refused")
-        self.network.posts.append(Post(self.addr, addr, bytes(body)))
+        self.network.posts.append(Post(self.addr, addr, bytes(body), path))
+        if path == JOIN_PATH:
+            return await server.join(bytes(body), self.host)
         return await server.answer(bytes(body), self.host)
 
     async def close(self) -> None:

@@ -20,6 +20,7 @@ from replica.routing import DEFAULT_BROADCAST_HISTORY_MS
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from replica import identity
     from replica.api import Replica, agent_id_for
     from replica.errors import (
         InvalidArgument,
@@ -89,9 +90,11 @@ def key_path(db: Path) -> Path:
     return db.with_name(KEY_FILE) if db.name == REPLICA_FILE else db.with_name(f"{db.name}.key")
 
 
-def open_file(db: Path, *, broadcast_history_ms: int = DEFAULT_BROADCAST_HISTORY_MS) -> Replica:
+def open_file(db: Path, *, broadcast_history_ms: int = DEFAULT_BROADCAST_HISTORY_MS,
+              new_identity: identity.Identity | None = None) -> Replica:
     """Open the replica file ``db`` as the node whose key is kept beside it (``key_path``),
-    creating file and key if needed (``broadcast_history_ms``: see ``Replica.open``).
+    creating file and key if needed (``broadcast_history_ms``: see ``Replica.open``; a new key is
+    ``new_identity`` when given: ``peerd join`` presents a key before it writes a home).
 
     A node key whose database is gone (deleted, restored without it) is retired, not
     reused: its peers still hold its old ops, so new ops under the same key would reuse
@@ -112,16 +115,17 @@ def open_file(db: Path, *, broadcast_history_ms: int = DEFAULT_BROADCAST_HISTORY
                                              "as %s; this replica starts as a new node", retired.name)
     st = Store(db)  # before the key: a file that is no replica gets no key beside it
     try:
-        return Replica(st, identity.load_or_create(key), broadcast_history_ms=broadcast_history_ms)
+        return Replica(st, identity.load_or_create(key, new_identity), broadcast_history_ms=broadcast_history_ms)
     except BaseException:
         st.close()
         raise
 
 
-def open_home(home: Path, *, broadcast_history_ms: int = DEFAULT_BROADCAST_HISTORY_MS) -> Replica:
+def open_home(home: Path, *, broadcast_history_ms: int = DEFAULT_BROADCAST_HISTORY_MS,
+              new_identity: identity.Identity | None = None) -> Replica:
     """Open the replica kept in ``home`` (creating folder, key and database if needed)."""
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return open_file(home / REPLICA_FILE, broadcast_history_ms=broadcast_history_ms)
+    return open_file(home / REPLICA_FILE, broadcast_history_ms=broadcast_history_ms, new_identity=new_identity)
 
 
 __all__ = [

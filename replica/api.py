@@ -3,8 +3,9 @@
 Each area is a module of its own, built on ``core.ReplicaCore`` (store,
 identity, the write path): ``messaging`` (send, inbox, receipts, the log),
 ``search`` (full text, recent senders), ``profiles`` (profiles and agents),
-``threads``, ``pending`` (mail not yet delivered, for pushes and hooks), and
-``sync`` (vectors, pages of ops, apply, state checks). The
+``threads``, ``pending`` (mail not yet delivered, for pushes and hooks),
+``sync`` (vectors, pages of ops, apply, state checks), and ``fleet``
+(membership: admitting, removing, rotating the fleet key). The
 argument checks they share are pure functions in ``checks``.
 
 Invariants (of every method, whichever area holds it):
@@ -25,16 +26,16 @@ from replica import identity as idmod
 from replica import routing
 from replica.checks import DEFAULT_LIMIT, MAX_LIMIT, check_count, check_name
 from replica.core import Listener, now_ms
+from replica.fleet import Fleet
 from replica.ids import agent_id_for
 from replica.messaging import Messaging
 from replica.pending import PendingMail
 from replica.search import Search
 from replica.store import Store
-from replica.sync import Sync
 from replica.threads import Threads
 
 
-class Replica(Messaging, PendingMail, Search, Threads, Sync):
+class Replica(Messaging, PendingMail, Search, Threads, Fleet):
     """One replica: a SQLite file (or ``:memory:``) plus this node's identity."""
 
     @classmethod

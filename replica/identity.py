@@ -53,12 +53,13 @@ def verify(public_key: bytes, data: bytes, signature: bytes) -> bool:
     return True
 
 
-def load_or_create(path: Path) -> Identity:
-    """Load the key at ``path``; create it (0600) if it does not exist yet."""
+def load_or_create(path: Path, fresh: Identity | None = None) -> Identity:
+    """Load the key at ``path``; create it (0600) if it does not exist yet, as ``fresh`` when given
+    (a key made before its home, e.g. by ``peerd join``, which presents it before it writes anything)."""
     if path.exists():
         return _load(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    ident = generate()
+    ident = fresh or generate()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")  # unique per writer
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:

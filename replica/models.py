@@ -222,6 +222,7 @@ class ApplyResult(_Dict):
     duplicate: int
     new_lseqs: list[int] = field(default_factory=list)
     new_index: list[int] = field(default_factory=list)  # positions in the input of the ops that were new
+    refused: int = 0  # ops of a removed node above its cutoff, not stored (replica.membership)
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,7 @@ INSERT INTO first_seen(role, at)
 """
 
 
+
 # v5: names match by key (``names.name_key``) and VantagePeers' message fields. Each message
 # row gains its matching keys (sender, sender instance, channel, target instance), its session
 # day and tenant, and its retraction mark; every op gains its local arrival time in Unix ms,
@@ -136,8 +137,18 @@ CREATE TABLE senders(
 ) WITHOUT ROWID;
 """
 
+# v6: fleet membership (``replica.fleet``): who was let in, the rekey ops, and who is removed
+# with the cutoff past which its ops are refused. Projections of ``admit`` and ``rekey`` ops.
+SCHEMA_FLEET = """
+CREATE TABLE fleet_admits(node BLOB PRIMARY KEY, name TEXT NOT NULL, fleet TEXT NOT NULL,
+    hlc INTEGER NOT NULL, origin BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE fleet_rekeys(origin BLOB NOT NULL, seq INTEGER NOT NULL, lseq INTEGER NOT NULL,
+    PRIMARY KEY(origin, seq)) WITHOUT ROWID;
+CREATE TABLE fleet_removed(node BLOB PRIMARY KEY, upto INTEGER NOT NULL) WITHOUT ROWID;
+"""
+
 MIGRATIONS: tuple[str, ...] = (
-    SCHEMA_V1, SCHEMA_V2, SCHEMA_THREAD_SEQS, SCHEMA_FIRST_SEEN, SCHEMA_KEYS,
+    SCHEMA_V1, SCHEMA_V2, SCHEMA_THREAD_SEQS, SCHEMA_FIRST_SEEN, SCHEMA_KEYS, SCHEMA_FLEET,
 )
 LATEST = len(MIGRATIONS)
 KEYED = 5  # the version from which rows carry name keys (older files are rebuilt on upgrade)

@@ -39,7 +39,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from replica import firstseen, routing, schema
+from replica import firstseen, fleetstore, membership, routing, schema
 from replica.errors import StoreError
 from replica.hlc import wall_of
 from replica.ids import receipt_id
@@ -265,6 +265,9 @@ def materialize(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
         cur.execute("INSERT OR IGNORE INTO retractions(msg_id, by_key, hlc) VALUES (?, ?, ?)",
                     (op.body["m"], name_key(op.body["f"]), op.hlc))
         settle_retraction(cur, op.body["m"])
+    elif op.kind in membership.KINDS:
+        fleetstore.project(cur, lseq, op)
+        return
     else:
         for write in op.body["w"]:
             if write[0] != firstseen.TABLE:  # a min-register, not last-writer-wins

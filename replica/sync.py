@@ -17,9 +17,9 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from replica import fleetstore, membership, store, vector
 from replica import hlc as hlcmod
 from replica import ops as opsmod
-from replica import store, vector
 from replica.checks import check_count
 from replica.codec import pack
 from replica.core import LAST_OWN, ReplicaCore
@@ -35,6 +35,8 @@ _NEWEST = "SELECT coalesce(max(lseq), 0) FROM ops"
 
 
 class Sync(ReplicaCore):
+    fleet_changes = 0  # membership ops (admit, rekey) applied or written by this object: a cheap "look again"
+
     def vector(self) -> dict[bytes, int]:
         """Origin key -> highest seq held contiguously."""
         with self._store.read() as cur:
@@ -79,7 +81,9 @@ class Sync(ReplicaCore):
 
         An op already held (same origin and seq) is skipped before its signature is
         checked: an op's identity is (origin, seq), and signature checks are most of the
-        cost when two peers send the same backlog at once."""
+        cost when two peers send the same backlog at once. An op of a removed node above
+        its cutoff is refused quietly (counted in ``refused``, never stored): see
+        ``replica.membership``."""
         held = self._held(raws)
         decoded: list[Op] = []
         positions: list[int] = []
@@ -96,10 +100,16 @@ class Sync(ReplicaCore):
         new: list[int] = []
         new_index: list[int] = []
         new_oids: dict[bytes, int] = {}
+        refused = 0
+        fleet_ops = False
         with self._store.write() as cur:
+            removed = fleetstore.removed(cur)
             touched: set[int] = set()
             arrived = store.arrival_time(cur, self._wall())
             for i, op in enumerate(decoded):
+                if removed and membership.barred(removed, op.origin, op.seq, self.node_key):
+                    refused += 1
+                    continue
                 oid = self._oids.get(op.origin) or new_oids.get(op.origin)
                 if oid is None:
                     oid = new_oids[op.origin] = store.origin_id(cur, op.origin)
@@ -108,13 +118,18 @@ class Sync(ReplicaCore):
                     new.append(lseq)
                     new_index.append(positions[i])
                     touched.add(oid)
+                    fleet_ops = fleet_ops or op.kind in membership.KINDS
             for oid in touched:
                 _advance(cur, oid)
+            if fleet_ops:  # ops of a node this batch removed may have come after its removal
+                fleetstore.settle(cur)
             self._observe(cur, max(op.hlc for op in decoded))
         self._oids.update(new_oids)
+        if fleet_ops:
+            self.fleet_changes += 1
         if new:
             self._notify()
-        return ApplyResult(len(new), len(raws) - len(new), new, new_index)
+        return ApplyResult(len(new), len(raws) - len(new) - refused, new, new_index, refused)
 
     def _observe(self, cur: Any, seen: int) -> None:
         """Move this node's clock past ``seen`` (within the allowed drift)."""

@@ -85,9 +85,10 @@ def _altered(raw: bytes, **changes: Any) -> bytes:
 
 
 def _forged_as(victim_key: bytes) -> bytes:
-    """An op claiming the victim as its origin, signed by someone else's key."""
+    """An op claiming the victim as its origin, signed by someone else's key (a seq the victim has
+    not used: an op whose (origin, seq) is held already is skipped unchecked)."""
     mallory = identity.generate()
-    unsigned = msgpack.packb([ops.VERSION, victim_key, 1, 1, "msg",
+    unsigned = msgpack.packb([ops.VERSION, victim_key, 1000, 1, "msg",
                               {"f": "boss", "fi": None, "c": "victims", "ti": None, "t": None, "x": "pay mallory"}],
                              use_bin_type=True)
     return bytes(msgpack.packb([unsigned, mallory.sign(unsigned)], use_bin_type=True))

@@ -5,6 +5,7 @@ searches; plus the local routes behind it (loopback checks, security headers, th
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 import urllib.request
@@ -15,10 +16,13 @@ import pytest
 from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 
 from peerd import home as homes
+from peerd import protocol
 from peerd.config import load_config, save_config
 from peerd.dashboard import ASSETS, asset
+from peerd.pairing import codes
+from peerd.protocol import join
 from replica import open_home
-from tests.daemons import Daemon, Fleet, patience, wait_until
+from tests.daemons import Daemon, Fleet, patience, post_raw, wait_until
 
 pytest_plugins = ["tests.daemons"]
 
@@ -192,6 +196,27 @@ def test_dashboard_shows_a_catch_up_in_progress(fleet: Fleet, page: Page) -> Non
     page.screenshot(path=str(ARTIFACTS / "dashboard-catchup.png"))
     page.locator("#catchup").wait_for(state="hidden", timeout=60_000)
     assert b.status()["totals"]["messages"] == BACKLOG
+
+
+def test_dashboard_shows_fleet_news(fleet: Fleet, page: Page) -> None:
+    """A join request waiting on a member shows on its page; a removed node's page says it was removed."""
+    a = fleet.add("a")
+    x = fleet.add("x", seeds=[a])
+    fleet.start(a, x)
+    wait_until(lambda: (x.peer(a) or {}).get("reachable"), SPREAD, "a live at x")
+    joiner, nonce = os.urandom(32), os.urandom(16)
+    asked = protocol.decode(post_raw(f"http://{a.addr}/v1/join", join.request(
+        join.ASK, k=joiner, nm="newcomer", c=codes.commit(joiner, nonce)))[1])
+    post_raw(f"http://{a.addr}/v1/join", join.request(join.REVEAL, id=asked["id"], nb=nonce))
+    page.goto(a.info["local_url"] + "/dashboard")
+    page.locator("#fleet-news:not([hidden])").wait_for()
+    assert "1 join request(s) wait for approval" in page.locator("#fleet-news").inner_text()
+
+    a.api("POST", "/api/fleet/remove", {"node": "x"})
+    wait_until(lambda: x.status()["fleet"]["removed_here"], SPREAD, "x to learn it was removed")
+    page.goto(x.info["local_url"] + "/dashboard")
+    page.locator("#fleet-news:not([hidden])").wait_for()
+    assert "This node was removed from the fleet" in page.locator("#fleet-news").inner_text()
 
 
 # -- the routes behind the page ----------------------------------------------------------------------

@@ -228,10 +228,11 @@ def test_mistyped_commands_and_flags_get_a_suggestion() -> None:
     assert proc.returncode == 2 and "did you mean --limit?" in proc.stderr
 
 
-def test_hints_keep_the_home_the_user_gave(tmp_path: Path) -> None:
+def test_hints_keep_the_home_the_user_gave(tmp_path: Path, running: list[Running]) -> None:
     """join's "start with", and the no-daemon and no-home errors, repeat --home."""
     inviter = tmp_path / "inviter"
-    token = json.loads(ok("invite", "--home", str(inviter), "--host", "10.0.0.1", "--json"))["invite"]
+    start(running, inviter).ready()  # an invite is redeemed at the member that made it
+    token = json.loads(ok("invite", "--home", str(inviter), "--host", "127.0.0.1", "--json"))["invite"]
     joiner = tmp_path / "joiner"
     assert f"start with: peerd run --home {joiner}" in ok("join", token, "--home", str(joiner))
     proc = peerd("peers", "--home", str(joiner))
@@ -240,14 +241,15 @@ def test_hints_keep_the_home_the_user_gave(tmp_path: Path) -> None:
     assert proc.returncode == 4 and f"peerd init --home {tmp_path / 'none'}" in proc.stderr
 
 
-def test_default_node_name_is_the_host_and_a_piece_of_the_node_id(tmp_path: Path) -> None:
+def test_default_node_name_is_the_host_and_a_piece_of_the_node_id(tmp_path: Path, running: list[Running]) -> None:
     """Without --name, two nodes on one host get distinct readable names: host-<4 hex of node id>."""
     one = json.loads(ok("init", "--home", str(tmp_path / "one"), "--json"))
     two = json.loads(ok("init", "--home", str(tmp_path / "two"), "--json"))
     host = socket.gethostname().split(".")[0]
     assert one["name"] == f"{host}-{one['node_id'][:4]}" and two["name"] == f"{host}-{two['node_id'][:4]}"
     joined = tmp_path / "joined"
-    token = json.loads(ok("invite", "--home", str(tmp_path / "one"), "--host", "10.0.0.1", "--json"))["invite"]
+    start(running, tmp_path / "one").ready()
+    token = json.loads(ok("invite", "--home", str(tmp_path / "one"), "--host", "127.0.0.1", "--json"))["invite"]
     ok("join", token, "--home", str(joined))
     node = json.loads(ok("init", "--home", str(joined), "--json"))
     assert node["name"] == f"{host}-{node['node_id'][:4]}"

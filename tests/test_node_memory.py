@@ -110,7 +110,7 @@ async def test_a_fresh_write_is_forwarded_but_never_back_to_its_sender(fleet: Me
 async def test_ops_a_round_pushes_are_not_forwarded(fleet: MemFleet) -> None:
     """Ops that reach b in a round's push (r: 1) travel on only by rounds, never by a forward."""
     a = await fleet.add("a", writes=3)
-    b = await fleet.add("b", seeds=(a,))
+    b = await fleet.add("b")  # no seed: only a's round can bring b the ops (a round of b's own would pull them)
     c = await fleet.add("c", seeds=(b,))
     await a.sync_with(Peer("127.0.0.1", b.peer_port, "seed"))  # a pushes its 3 ops to b, r: 1
     await eventually(lambda: converged(a, b, c) and c.rep.stats()["messages"] == 3, 10, "c holds a's messages")

@@ -1,7 +1,8 @@
 """The ``peerd`` command line.
 
-Commands: ``init``, ``invite``, ``join``, ``run``, ``stop``, ``mcp`` set up,
-serve and stop a node; ``status``, ``peers`` ask the running daemon; ``send``,
+Commands: ``init``, ``run``, ``stop``, ``mcp`` set up, serve and stop a node;
+``invite``, ``join``, ``requests``, ``approve``, ``reject``, ``remove`` bring
+machines into a fleet and take them out; ``status``, ``peers`` ask the running daemon; ``send``,
 ``inbox``, ``read``, ``log``, ``search``, ``threads``, ``profile`` and
 ``status MESSAGE_ID`` work through the running daemon, or straight on the
 replica file when none runs; ``hook`` prints a role's unread mail for Claude
@@ -25,7 +26,8 @@ Exit codes:
 The package's modules: ``errors`` (exit codes), ``format`` (pure text
 formatting), ``backends`` (the daemon's local API or the replica file),
 ``setup`` (opening a home without silent mistakes), ``commands`` (one
-function per command) and ``parser``.
+function per command), ``pairing`` (the pairing and membership commands,
+with their parser) and ``parser``.
 """
 
 from __future__ import annotations

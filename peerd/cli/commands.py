@@ -22,15 +22,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from discovery.seeds import format_seed
 from peerd import home as homes
 from peerd.cli import format as fmt
 from peerd.cli.backends import Backend, backend, daemon
 from peerd.cli.errors import EXIT_NO_DAEMON, EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, CliError
 from peerd.cli.setup import home_flag, open_fleet
 from peerd.config import decode_fleet_key, with_overrides
-from peerd.invite import apply_invite, make_invite, parse_invite
-from peerd.netaddr import advertised_host, lan_address
+from peerd.netaddr import advertised_host
 from replica import open_home, receipt_state
 
 FOLLOW_WAIT = 25.0  # seconds one long-poll of --follow waits for news
@@ -77,30 +75,6 @@ def cmd_init(args: argparse.Namespace) -> int:
         node = rep.node_id
     data = {"home": str(_home(args)), "node_id": node, "name": cfg.name, "fleet_id": cfg.fleet_id}
     _emit(args, data, lambda d: f"initialised {d['home']}\n  node  {d['node_id']}\n  fleet {d['fleet_id']}")
-    return 0
-
-
-def cmd_invite(args: argparse.Namespace) -> int:
-    cfg, _ = open_fleet(_home(args), flag=_flag(args), create=True)
-    running = homes.read_daemon_json(_home(args))
-    port = int(running["peer_port"]) if running and "peer_port" in running else cfg.port  # type: ignore[call-overload]
-    host = args.host.removeprefix("[").removesuffix("]") if args.host else lan_address()  # [v6] or v6
-    seed = format_seed(host, port)
-    token = make_invite(cfg.fleet_key, seed)
-    _emit(args, {"invite": token, "seed": seed, "fleet_id": cfg.fleet_id},
-          lambda d: f"{d['invite']}\n\nOn the other machine run:\n  peerd join {d['invite']}")
-    return 0
-
-
-def cmd_join(args: argparse.Namespace) -> int:
-    home = _home(args)
-    parse_invite(args.token)  # a bad token changes nothing, not even a new home
-    if not homes.config_path(home).exists():
-        homes.ensure_home(home)
-        open_home(home).close()  # the node first, so its default name carries the node id
-    cfg = apply_invite(home, args.token, force=args.force)
-    _emit(args, {"fleet_id": cfg.fleet_id, "seeds": list(cfg.seeds)},
-          lambda d: f"joined fleet {d['fleet_id']}; seeds: {', '.join(d['seeds'])}\nstart with: peerd run{_flag(args)}")
     return 0
 
 

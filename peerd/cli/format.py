@@ -64,8 +64,10 @@ def peer_error(p: dict[str, Any]) -> str:
     return "" if p["reachable"] else err.removeprefix(f"{p['address']}: ")
 
 
-def format_peers(peers: list[dict[str, Any]]) -> str:
+def format_peers(peers: list[dict[str, Any]], mdns: bool | None = None) -> str:
     if not peers:
+        if mdns:
+            return "no peers yet (mDNS is on and has found no member of this fleet; add a seed with --seed HOST:PORT)"
         return "no peers yet (add a seed with --seed HOST:PORT, or turn mDNS on)"
     rows = []
     for p in peers:
@@ -97,7 +99,25 @@ def format_status(d: dict[str, Any]) -> str:
         lines.append(f"finding mDNS {'on' if conf.get('mdns') else 'off'}; seeds: {seeds}")
     if d.get("catchup"):
         lines.append(progress_bar(d["catchup"]))
-    return "\n".join(lines) + "\n\n" + format_peers(d["peers"])
+    lines += fleet_lines(d)
+    mdns = conf.get("mdns") if isinstance(conf, dict) else None
+    return "\n".join(lines) + "\n\n" + format_peers(d["peers"], mdns)
+
+
+def fleet_lines(d: dict[str, Any]) -> list[str]:
+    """Membership news for people: removed, join requests waiting, other fleets on this LAN."""
+    lines = []
+    fleet = d.get("fleet") or {}
+    if fleet.get("removed_here"):
+        lines.append("REMOVED this node was removed from the fleet and no longer syncs; to take part again, "
+                     "join with a fresh --home (peerd join --lan)")
+    if d.get("join_requests"):
+        lines.append(f"joins   {d['join_requests']} request(s) waiting for approval: see peerd requests")
+    for other in d.get("other_fleets") or []:
+        nodes = ", ".join(f"{n.get('name') or n['node_id']} at {n['address']}" for n in other["nodes"])
+        lines.append(f"LAN     another fleet {other['fleet_id']} is on this LAN ({nodes}); "
+                     f"join it: {other['join']}")
+    return lines
 
 
 def _who(role: str, instance: str | None) -> str:
@@ -201,7 +221,8 @@ def format_orientation(info: dict[str, Any], *, flag: str, new_fleet: bool) -> s
         f"  stop       Ctrl-C here, or from another terminal: peerd stop{flag}",
     ]
     if new_fleet:
-        lines.append(f"  invite     to add a machine, run here: peerd invite{flag}  then there: peerd join TOKEN")
+        lines.append(f"  invite     to add a machine on this LAN, run there: peerd join --lan  then here: "
+                     f"peerd approve CODE{flag}  (or here: peerd invite{flag}  then there: peerd join TOKEN)")
     return "\n".join(lines)
 
 

@@ -20,8 +20,6 @@ from peerd.cli.commands import (
     cmd_hook,
     cmd_inbox,
     cmd_init,
-    cmd_invite,
-    cmd_join,
     cmd_log,
     cmd_peers,
     cmd_profile,
@@ -34,6 +32,7 @@ from peerd.cli.commands import (
     cmd_threads,
 )
 from peerd.cli.mcpserve import DEFAULT_HTTP_PORT, cmd_mcp
+from peerd.cli.pairing import add_pairing_commands
 
 _INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
 _UNRECOGNIZED = re.compile(r"unrecognized arguments: (.*)")
@@ -90,14 +89,7 @@ def _setup_commands(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="make a new fleet even though this home holds a node whose config.toml is gone")
     s.set_defaults(fn=cmd_init)
 
-    s = sub.add_parser("invite", parents=[common], help="print a token another machine uses to join this fleet")
-    s.add_argument("--host", help="address other machines reach this one at (default: this machine's LAN address)")
-    s.set_defaults(fn=cmd_invite)
-
-    s = sub.add_parser("join", parents=[common], help="join the fleet of an invite token")
-    s.add_argument("token")
-    s.add_argument("--force", action="store_true", help="replace this home's fleet key with the invite's")
-    s.set_defaults(fn=cmd_join)
+    add_pairing_commands(sub, common)
 
     s = sub.add_parser("run", parents=[common], help="run the daemon (initialises the home if needed)")
     s.add_argument("--port", type=int, help="peer port (0 picks a free one)")

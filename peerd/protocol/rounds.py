@@ -10,7 +10,9 @@
 Vectors and page ranges name origins by an 8-byte prefix of their key (ops
 themselves carry the full key), so an in-sync round costs a few dozen bytes.
 Invariants: a page holds every op of each origin in its stated range; a
-receiver's vector moves forward with every page it applies, so a round ends;
+receiver's vector moves forward with every page it applies, so a round ends
+(a removed origin is wanted only up to its cutoff, so ops the receiver refuses
+never keep a round going);
 ``client_round`` never trusts a reply it has not checked. The envelope
 (``n``, ``p``) is not added here: ``wire.stamp`` adds it to every request.
 """
@@ -38,6 +40,7 @@ from peerd.protocol.wire import (
     shorten,
 )
 from replica import vector as vec
+from replica.membership import cap_vector
 from replica.models import ApplyResult, Page
 
 FULL_VECTOR_MAX = 16  # send the whole vector up front when it has at most this many origins
@@ -45,6 +48,7 @@ FULL_VECTOR_MAX = 16  # send the whole vector up front when it has at most this 
 
 class SyncReplica(Protocol):
     def vector(self) -> dict[bytes, int]: ...
+    def removed(self) -> dict[bytes, int]: ...
     def ops_missing(self, theirs: Mapping[bytes, int], byte_budget: int) -> Page: ...
     def apply(self, raws: Sequence[bytes]) -> ApplyResult: ...
 
@@ -176,7 +180,8 @@ def client_round(rep: SyncReplica, *, budget: int) -> Generator[Msg, Msg, RoundR
         res.same = True
         res.ours = shorten(rep.vector())
         return res
-    theirs_short = _short_vector(need(reply, "v", dict), "their vector")
+    # A removed node's ops above its cutoff are never wanted, even from a peer that has not heard yet.
+    theirs_short = cap_vector(_short_vector(need(reply, "v", dict), "their vector"), shorten(rep.removed()))
     res.their_vector = dict(theirs_short)
     more = bool(_wants(rep.vector(), theirs_short))
     if "pg" in reply:

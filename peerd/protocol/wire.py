@@ -30,8 +30,9 @@ MAX_COUNT = 2**63 - 1  # seqs and counts a peer may name: SQLite's largest integ
 
 # Request kinds.
 SYNC, PULL, PUSH, PEERS = "sync", "pull", "push", "peers"
-# Reply kinds (``peers`` answers ``peers``).
-SAME, DIFF, PAGE, OK, ERROR = "same", "diff", "page", "ok", "error"
+# Reply kinds (``peers`` answers ``peers``). ``rekey`` answers any request sealed with a key the
+# fleet used before a rotation: ``{t: rekey, o: [rekey op, ...]}``, sealed with that old key.
+SAME, DIFF, PAGE, OK, ERROR, REKEY = "same", "diff", "page", "ok", "error", "rekey"
 
 Msg = dict[str, Any]
 

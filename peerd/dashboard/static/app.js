@@ -79,8 +79,32 @@ function renderStatus(st) {
     stat(`${st.live_peers}/${st.peers.length}`, "peers live"), stat(st.lag, "ops peers lack"),
   );
   renderCatchup(st.catchup);
+  renderFleetNews(st);
+  if (st.settings && st.settings.mdns) {
+    $("no-peers").textContent =
+      "No peers yet: mDNS is on and has found no member of this fleet. Add a seed (peerd run --seed HOST:PORT).";
+  }
   renderPeers(st.peers);
   renderMap(st);
+}
+
+// Membership news: this node removed, join requests waiting, another fleet on this LAN.
+function renderFleetNews(st) {
+  const lines = [];
+  if (st.fleet && st.fleet.removed_here) {
+    lines.push("This node was removed from the fleet and no longer syncs; join again with a fresh home.");
+  }
+  if (st.join_requests) {
+    lines.push(`${st.join_requests} join request(s) wait for approval: run peerd requests, then peerd approve CODE.`);
+  }
+  for (const other of st.other_fleets || []) {
+    const nodes = other.nodes.map((n) => `${n.name || n.node_id} at ${n.address}`).join(", ");
+    lines.push(`Another peerd fleet ${other.fleet_id} is on this LAN (${nodes}). To join it: ${other.join}, ` +
+      "then approve on one of its members.");
+  }
+  const box = $("fleet-news");
+  box.hidden = lines.length === 0;
+  box.replaceChildren(...lines.map((text) => el("div", "catchup-text", text)));
 }
 
 function renderCatchup(c) {
