@@ -152,11 +152,11 @@ def test_both_inbox_queries_match_pure_rule_over_many_messages(
             r.send_message(e.sender, e.channel or "", str(i), instance_id=e.target_instance,
                            from_instance_id=e.sender_instance)
         sightings = [(name_key(e.sender), BASE + at) for e, at in sent]
-        if profile_at is not None:
-            clock[0] = BASE + profile_at
+        if profile_at is not None:  # a wall clock never runs back behind the replica's hybrid clock
+            clock[0] = max(clock[0], BASE + profile_at)
             r.update_profile(role, name="R")
             sightings.append((name_key(role), clock[0]))
-        clock[0] = BASE + check_at
+        clock[0] = max(clock[0], BASE + check_at)
         first = firstseen.merge({}, sightings).get(name_key(role), clock[0])  # never seen: first seen now
         floor = broadcast_floor(first, history_days * DAY)
         visible = [str(i) for i, (e, at) in enumerate(sent)
