@@ -21,7 +21,7 @@ from peerd import home as homes
 from peerd.cli import format as cli_format
 from peerd.config import load_config, save_config
 from replica import open_home
-from tests.daemons import PEERD, Daemon, Fleet, wait_until
+from tests.daemons import PEERD, Daemon, Fleet, patience, wait_until
 
 pytest_plugins = ["tests.daemons"]
 
@@ -85,7 +85,7 @@ class Lines:
     def stop(self) -> int:
         """Ctrl-C, then the exit code."""
         self.proc.send_signal(signal.SIGINT)
-        code = self.proc.wait(timeout=15)
+        code = self.proc.wait(timeout=patience(15))
         self._thread.join(timeout=5)
         assert self.proc.stdout is not None
         self.proc.stdout.close()

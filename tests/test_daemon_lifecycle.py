@@ -26,7 +26,7 @@ def test_signal_stops_cleanly_and_restart_keeps_the_node_id(fleet: Fleet, sig: s
     mid = d.send("a", "b", "survives the restart")["id"]
     assert d.proc is not None
     d.proc.send_signal(sig)
-    assert d.proc.wait(timeout=15) == 0
+    assert d.proc.wait(timeout=patience(15)) == 0
     assert not (d.home / "daemon.json").exists()
     d.start()
     assert d.node_id == node
