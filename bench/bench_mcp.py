@@ -107,10 +107,10 @@ async def against_floor(peerd: Client, floor: Client, thread: str, count: int) -
     for tool, make in floor_calls(thread).items():
         samples: list[list[float]] = [[], []]
         for client in (peerd, floor):
-            await timed(lambda i, c=client: call(c, *make(i)), 10)  # warm up
+            await timed(lambda i, c=client, m=make: call(c, *m(i)), 10)  # warm up
         for start in range(0, count, BLOCK):
             for side, client in enumerate((peerd, floor)):
-                samples[side] += await timed(lambda i, c=client: call(c, *make(start + i)), BLOCK)
+                samples[side] += await timed(lambda i, c=client, m=make, s=start: call(c, *m(s + i)), BLOCK)
         out[tool] = samples
     return out
 
