@@ -13,9 +13,12 @@ Invariants:
 * Published input schemas are plain and portable: no titles, optional
   arguments are simply not required (never ``null`` unions).
 * Published output schemas are self-contained and quick to check: no ``$ref``
-  (definitions are inlined), and a nullable scalar is ``"type": [T, "null"]``
-  rather than an ``anyOf``. Clients validate every result against them (the
-  SDK's client does, with jsonschema), so their shape is on the hot path.
+  (definitions are inlined), a nullable scalar is ``"type": [T, "null"]``
+  rather than an ``anyOf``, and the items of a list of objects (an inbox, a
+  page, peers) are described shallowly: ``{"type": "object"}`` with a
+  description naming their fields (docs/mcp.md lists them). Clients validate
+  every result against them (the SDK's client does, with jsonschema), so a
+  schema's depth is paid on every call; the top-level fields stay typed.
 * Every string argument must be valid Unicode (no lone surrogate), so nothing
   an argument carries can fail on its way to SQLite or back out as JSON.
 """
@@ -51,7 +54,7 @@ class Args(BaseModel):
     valid Unicode only."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=False, hide_input_in_errors=True,
-                              allow_inf_nan=False)
+                              allow_inf_nan=False, defer_build=True)
 
     @field_validator("*", mode="after")
     @classmethod
@@ -188,7 +191,7 @@ class NoArgs(Args):
 class StaticIn(BaseModel):
     """A profile's static identity; other keys are kept as given."""
 
-    model_config = ConfigDict(extra="allow", hide_input_in_errors=True)
+    model_config = ConfigDict(extra="allow", hide_input_in_errors=True, defer_build=True)
     role: str | None = Field(None, description="What this orchestrator is for.")
     workspace: str | None = Field(None, description="Where it works.")
     capabilities: list[str] | None = Field(None, description="What it can do, e.g. ['etl', 'sql'].")
@@ -197,7 +200,7 @@ class StaticIn(BaseModel):
 class DynamicIn(BaseModel):
     """A profile's session state; other keys are kept as given."""
 
-    model_config = ConfigDict(extra="allow", hide_input_in_errors=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="allow", hide_input_in_errors=True, allow_inf_nan=False, defer_build=True)
     current_task: str | None = Field(None, alias="currentTask", description="What it is doing now.")
     last_seen: int | float | None = Field(None, alias="lastSeen", ge=0, le=MAX_SAFE_INT,
                                           description="Unix ms of its last activity.")
@@ -300,11 +303,14 @@ class MarkReadArgs(Args):
 class Camel(BaseModel):
     """Result models of the messaging tools: camelCase on the wire."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True)
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True,
+                              defer_build=True)
 
 
 class Snake(BaseModel):
     """Result models of the thread tools: snake_case on the wire, like their arguments."""
+
+    model_config = ConfigDict(defer_build=True)
 
 
 class SentOut(Camel):
@@ -576,8 +582,23 @@ def output_schema(model: type[BaseModel]) -> dict[str, Any]:
     """The published outputSchema: aliases, no titles, no ``$ref``; nullable fields stay nullable."""
     raw = _tidy(model.model_json_schema(by_alias=True, mode="serialization"), nullable=True)
     defs = raw.pop("$defs", {})
-    schema: dict[str, Any] = _inline(raw, defs)
+    schema: dict[str, Any] = _shallow_lists(_inline(raw, defs))
     return schema
+
+
+def _shallow_lists(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with each top-level list of objects reduced to ``{"type": "object"}`` items whose
+    description names their fields: what a client checks per item drops from every field to one type."""
+    props = {name: _shallow_items(prop) for name, prop in schema.get("properties", {}).items()}
+    return {**schema, "properties": props} if props else schema
+
+
+def _shallow_items(prop: dict[str, Any]) -> dict[str, Any]:
+    items = prop.get("items")
+    if prop.get("type") != "array" or not isinstance(items, dict) or "properties" not in items:
+        return prop
+    fields = ", ".join(items["properties"])
+    return {**prop, "items": {"type": "object", "description": f"Each with the fields {fields}."}}
 
 
 def _inline(schema: Any, defs: dict[str, Any]) -> Any:
