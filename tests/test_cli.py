@@ -390,3 +390,15 @@ def test_quick_commands_load_no_mcp_stack(tmp_path: Path, argv: tuple[str, ...])
     loaded = imported(out.stderr)
     assert "peerd.cli" in loaded and "replica" in loaded  # the trace is there
     assert not among(loaded, MCP_STACK)
+
+
+def test_peerd_mcp_loads_no_other_command(tmp_path: Path) -> None:
+    """`peerd mcp` parses with its own parser: the other commands' modules (daemon client, pairing) stay unloaded."""
+    home = tmp_path / "home"
+    ok("init", home=home)
+    out = run_traced(["mcp", "--transport", "http", "--role", "x"], home)  # a usage error: parsed, then exit 2
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "--role and --instance apply to --transport stdio" in out.stderr
+    loaded = imported(out.stderr)
+    assert "peerd.cli.argparsing" in loaded
+    assert not among(loaded, ("peerd.cli.parser", "peerd.cli.commands", "peerd.cli.backends", "peerd.cli.pairing"))
