@@ -4,6 +4,7 @@ Run from the repository root::
 
     uv run python bench/bench_fleet.py            # full sizes (a few minutes)
     uv run python bench/bench_fleet.py --quick    # small sizes, < 60 s
+    uv run python bench/bench_fleet.py --messages 1000000   # the memory figure with N messages
 
 Every daemon is a separate ``peerd run`` process on 127.0.0.1 (mDNS off, seeds
 only), started and stopped by the test suite's harness (``tests/daemons.py``),
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import statistics
 import sys
@@ -494,8 +496,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="small sizes (< 60 s)")
     parser.add_argument("--dir", type=Path, default=None, help="folder for the daemons' homes (default: a temp dir)")
+    parser.add_argument("--messages", type=int, default=None,
+                        help="messages in the replica of the memory figure (6); default 1,000,000, quick 20,000")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
+    if args.messages is not None:
+        sizes = dataclasses.replace(sizes, rss_messages=args.messages)
     print(f"peerd fleet benchmark ({'quick' if args.quick else 'full'} sizes); Python {sys.version.split()[0]}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     with stopwatch() as total, tempfile.TemporaryDirectory(dir=args.dir, prefix="peerd-fleet-") as tmp:
