@@ -273,6 +273,8 @@ class DocRun:
         paths = self.paths(m)
         command = db.substitute(server.command, {}, paths)
         args = [db.substitute(a, {}, paths) for a in server.args]
+        if server.client == "claude":  # `claude mcp add` is typed in a shell, which expands ~
+            args = [str(m.root) + a[1:] if a == "~" or a.startswith("~/") else a for a in args]
         if command in ("peerd", "uv") and "mcp" in args and "--home" not in args:
             raise db.DocError(f"{where}: {server.client} config for {server.name} must pass --home "
                               "(MCP clients need not pass PEERD_HOME on)")
