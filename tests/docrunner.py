@@ -205,7 +205,8 @@ class DocRun:
     def _argv(self, m: Machine, script: str) -> list[str]:
         return [*m.node.exec_prefix(), "bash", "-e", "-o", "pipefail", "-c", script]
 
-    def _command(self, m: Machine, block: db.Block, command: db.Command) -> None:
+    def _command(self, m: Machine, block: db.Block, command: db.Command, *, shows: bool = True) -> None:
+        """Run one command (a console line, or a piece of a sh block, which shows no output)."""
         m.settle()
         text = db.substitute(command.text, self.bound, self.paths(m))
         kind = db.long_running(text)
@@ -217,6 +218,8 @@ class DocRun:
                               text=True, timeout=patience(120), check=False)
         if done.returncode != 0:
             raise DocFailure(f"$ {text}\nexited {done.returncode}:\n{done.stdout}")
+        if not shows:
+            return
         found = db.match_output(command.shown, done.stdout.splitlines(), self.bound)
         if found is None:
             raise DocFailure(f"$ {text}\nshows:\n" + "\n".join(command.shown) + f"\nbut printed:\n{done.stdout}")
@@ -242,7 +245,7 @@ class DocRun:
                 self._serve(m, server, block.where)
             return
         for segment in db.shell_segments(block.body):
-            self._command(m, block, db.Command(segment.script, ()))
+            self._command(m, block, db.Command(segment.script, ()), shows=False)
 
     def _python(self, m: Machine, block: db.Block) -> None:
         if m.python is None:
