@@ -66,10 +66,11 @@ class Background:
 
     def _read(self, stream: IO[str] | None) -> None:
         assert stream is not None
-        for line in stream:
-            with self.changed:
-                self.lines.append(line.rstrip("\n"))
-                self.changed.notify_all()
+        with stream:
+            for line in stream:
+                with self.changed:
+                    self.lines.append(line.rstrip("\n"))
+                    self.changed.notify_all()
         with self.changed:
             self.changed.notify_all()
 
