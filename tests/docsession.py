@@ -24,7 +24,7 @@ def main() -> None:
             with contextlib.redirect_stdout(sys.stderr):
                 exec(compile(request["code"], request["where"], "exec"), scope)
             answer: dict[str, Any] = {"ok": True}
-        except BaseException:  # noqa: BLE001 - every failure of a doc block is reported, none ends the session
+        except BaseException:  # every failure of a doc block is reported; none ends the session
             answer = {"ok": False, "error": traceback.format_exc()}
         answers.write(json.dumps(answer) + "\n")
         answers.flush()
