@@ -21,8 +21,6 @@ DOCS = ["README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").g
 SKIPPED = {
     ("README.md", "runs the whole suite, this test among it"),
     ("README.md", "the checks and the whole suite; CI runs both"),
-    ("docs/fleet.md", "the same steps run machine by machine in first-ten-minutes.md"),
-    ("docs/fleet.md", "shown output still to be written with placeholders"),
     ("docs/mcp.md", "servers that run until their client leaves; the client configurations below start them"),
     ("docs/mcp.md", "starts Claude Code itself, an interactive client"),
     ("docs/mcp.md", "installs from npm; the test suite's first run has done it"),
