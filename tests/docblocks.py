@@ -5,7 +5,9 @@ Rules every block of README.md and docs/*.md keeps (``tests/test_docs_examples.p
 - Every fence names its language. ``sh``/``bash`` blocks run as shell scripts, ``console`` blocks
   run command by command with their shown output checked, ``python`` blocks run in one Python
   session per doc; ``json``, ``toml`` and ``ini`` blocks must parse, and the MCP client
-  configurations among them are also started as MCP servers; ``text`` blocks are shown, never run.
+  configurations among them are also started as MCP servers (stdio) or connected to (HTTP, with
+  ``<name>`` values such as ``<local-port>`` filled in, and the role they bind checked); ``text``
+  blocks are shown, never run. A bare ``peerd mcp`` command is a server: the runner connects to it.
   A block whose first line starts with ``$ `` must be ``console`` (shown output is always checked).
 - A marker on the line right before the fence changes that: ``<!-- doc-test: skip (reason) -->``
   leaves the block out (the reason is listed), ``<!-- doc-test: on=NAME -->`` runs it on machine
@@ -32,6 +34,7 @@ import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 RUN_LANGS = frozenset({"sh", "bash", "console", "python"})
 PARSED_LANGS = frozenset({"json", "toml", "ini"})
@@ -180,17 +183,38 @@ def strip_comment(line: str) -> str:
 
 _DAEMON = re.compile(r"^(uv run (--directory \S+ )?)?peerd run\b")
 _WAITS = re.compile(r"^(uv run (--directory \S+ )?)?peerd join\b.*--lan\b")
+_SERVES = re.compile(r"^(uv run (--directory \S+ )?)?peerd mcp\b")
+_SHELL_OPERATORS = re.compile(r"[|;<>]|&&")
 
 
 def long_running(command: str) -> str | None:
     """``daemon`` for ``peerd run`` (with or without ``&``), ``waits`` for ``peerd join --lan``
-    (it waits for another machine's approval), None for a command that finishes by itself."""
+    (it waits for another machine's approval), ``serves`` for a bare ``peerd mcp`` (an MCP server
+    that runs until its client leaves), None for a command that finishes by itself."""
     bare = strip_comment(command).removesuffix("&").strip()
     if _DAEMON.match(bare):
         return "daemon"
     if _WAITS.match(bare):
         return "waits"
+    if _SERVES.match(bare) and not _SHELL_OPERATORS.search(bare):
+        return "serves"
     return None
+
+
+_HTTP_FLAG = re.compile(r"--transport(\s+|=)http\b")
+
+
+def serves_http(command: str) -> bool:
+    """Whether a ``serves`` command is an MCP server over HTTP (else stdio)."""
+    return _HTTP_FLAG.search(command) is not None
+
+
+_SERVING = re.compile(r"^peerd mcp: serving MCP at (http://\S+)$")
+
+
+def serving_url(lines: Sequence[str]) -> str | None:
+    """The URL an HTTP ``peerd mcp`` announces once it listens, or None before then."""
+    return next((m.group(1) for m in map(_SERVING.match, lines) if m), None)
 
 
 @dataclass(frozen=True)
@@ -319,27 +343,55 @@ class StdioServer:
     args: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class HttpServer:
+    """An MCP server a client configuration reaches over HTTP: its URL and the headers it sends."""
+
+    client: str
+    name: str
+    url: str
+    headers: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def role(self) -> str | None:
+        """The role the session binds to: the X-Peerd-Role header, else the URL's ``role=``."""
+        for key, value in self.headers:
+            if key.lower() == "x-peerd-role":
+                return value
+        query = parse_qs(urlsplit(self.url).query)
+        return query["role"][0] if "role" in query else None
+
+
+Server = StdioServer | HttpServer
+
+
+def _http_server(client: str, name: str, url: Any, headers: Any, where: str) -> HttpServer:
+    if not str(url).startswith("http://"):
+        raise DocError(f"{where}: {client} server {name}: url must be an http URL")
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        raise DocError(f"{where}: {client} server {name}: headers must map names to strings")
+    return HttpServer(client, name, str(url), tuple(headers.items()))
+
+
 def _str_list(value: Any, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
         raise DocError(f"{where}: args must be a list of strings")
     return tuple(value)
 
 
-def json_servers(text: str, where: str) -> list[StdioServer]:
-    """The stdio servers of a JSON block (``mcpServers.<name>.command/args``); [] if it configures none.
-
-    ``url`` servers (HTTP) must carry an http URL; hooks configurations must name a command."""
+def json_servers(text: str, where: str) -> list[Server]:
+    """The servers of a JSON block (``mcpServers.<name>.command/args``, or ``url`` and ``headers``
+    for HTTP); [] if it configures none."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise DocError(f"{where}: not JSON: {exc}") from None
-    servers: list[StdioServer] = []
+    servers: list[Server] = []
     for name, spec in (data.get("mcpServers") or {}).items() if isinstance(data, dict) else ():
         if not isinstance(spec, dict):
             raise DocError(f"{where}: mcpServers.{name} must be an object")
         if "url" in spec:
-            if not str(spec["url"]).startswith("http://"):
-                raise DocError(f"{where}: mcpServers.{name}.url must be an http URL")
+            servers.append(_http_server("json", name, spec["url"], spec.get("headers", {}), where))
             continue
         if not isinstance(spec.get("command"), str):
             raise DocError(f"{where}: mcpServers.{name} needs a command (and args)")
@@ -347,17 +399,17 @@ def json_servers(text: str, where: str) -> list[StdioServer]:
     return servers
 
 
-def toml_servers(text: str, where: str) -> list[StdioServer]:
-    """The stdio servers of a Codex ``config.toml`` block (``[mcp_servers.<name>]`` command/args)."""
+def toml_servers(text: str, where: str) -> list[Server]:
+    """The servers of a Codex ``config.toml`` block (``[mcp_servers.<name>]`` command/args, or
+    ``url`` and ``http_headers``)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise DocError(f"{where}: not TOML: {exc}") from None
-    servers: list[StdioServer] = []
+    servers: list[Server] = []
     for name, spec in (data.get("mcp_servers") or {}).items():
         if "url" in spec:
-            if not str(spec["url"]).startswith("http://"):
-                raise DocError(f"{where}: mcp_servers.{name}.url must be an http URL")
+            servers.append(_http_server("codex", name, spec["url"], spec.get("http_headers", {}), where))
             continue
         if not isinstance(spec.get("command"), str):
             raise DocError(f"{where}: [mcp_servers.{name}] needs command (and args)")
@@ -376,11 +428,11 @@ def check_ini(text: str, where: str) -> None:
 _CLAUDE_ADD = re.compile(r"^claude mcp add\b")
 
 
-def claude_servers(body: str, where: str) -> list[StdioServer] | None:
-    """The stdio servers of a block of ``claude mcp add`` lines, or None if it has other commands.
+def claude_servers(body: str, where: str) -> list[Server] | None:
+    """The servers of a block of ``claude mcp add`` lines, or None if it has other commands.
 
     ``claude mcp add [--scope S] [--transport http NAME URL --header H] NAME -- COMMAND ARGS...``."""
-    servers: list[StdioServer] = []
+    servers: list[Server] = []
     lines = [strip_comment(line) for line in logical_lines(body)]
     commands = [line for line in lines if line]
     if not commands or not all(_CLAUDE_ADD.match(line) for line in commands):
@@ -391,6 +443,12 @@ def claude_servers(body: str, where: str) -> list[StdioServer] | None:
             options, positional = _claude_options(words, where)
             if options.get("--transport") != "http" or len(positional) != 2 or not positional[1].startswith("http://"):
                 raise DocError(f"{where}: claude mcp add without -- must be --transport http NAME URL")
+            header = options.get("--header", options.get("-H"))
+            if header is not None and ":" not in header:
+                raise DocError(f"{where}: claude mcp add --header takes 'Name: value'")
+            key, _, value = (header or "").partition(":")
+            pairs = {key.strip(): value.strip()} if header is not None else {}
+            servers.append(_http_server("claude", positional[0], positional[1], pairs, where))
             continue
         cut = words.index("--")
         options, positional = _claude_options(words[:cut], where)

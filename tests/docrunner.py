@@ -8,7 +8,10 @@ Each doc runs on fresh machines: every machine is a network namespace of one ``N
 machine. Long-running commands never block the doc: ``peerd run`` starts in the background and the
 runner waits for its ready lines; ``peerd join --lan`` starts in the background, the runner waits
 for the output the doc shows, and the next command on that machine first waits for it to finish.
-Everything started is stopped when the doc ends.
+A bare ``peerd mcp`` is an MCP server: over stdio the runner connects to it as a client and lists
+its tools; over HTTP it waits for the line naming its URL, connects from inside the machine, and
+stops it. MCP client configurations are started (stdio) or connected to (HTTP, on the doc's
+daemon) the same way. Everything started is stopped when the doc ends.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from tests.waiting import patience
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 SESSION = Path(__file__).resolve().parent / "docsession.py"
+PROBE = Path(__file__).resolve().parent / "docmcp.py"
 CLIENT_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")  # what MCP clients pass a server by default
 READY = "  stop "  # the last line of `peerd run`'s ready block
 
@@ -227,6 +231,9 @@ class DocRun:
         self.bound.update(found)
 
     def _start(self, m: Machine, block: db.Block, text: str, kind: str, shown: tuple[str, ...]) -> None:
+        if kind == "serves":
+            self._mcp_command(m, block, text)
+            return
         bg = Background(self._argv(m, f"exec {text}"), m.env, self._cwd(m, block), kind, text)
         m.background.append(bg)
         if shown:
@@ -271,10 +278,15 @@ class DocRun:
         for server in parse(block.body, block.where):
             self._serve(self.machine(block.machine), server, block.where)
 
-    def _serve(self, m: Machine, server: db.StdioServer, where: str) -> None:
+    def _serve(self, m: Machine, server: db.Server, where: str) -> None:
         """Start a configuration's server as its client would (its command, its args, the client's
-        usual environment) and ask it for its tools over MCP."""
+        usual environment), or connect to its URL with its headers, and ask it for its tools."""
         paths = self.paths(m)
+        if isinstance(server, db.HttpServer):
+            url = db.substitute(server.url, self.bound, paths)
+            headers = {k: db.substitute(v, self.bound, paths) for k, v in server.headers}
+            self._probe(m, url, headers, server.role, f"{server.client} server {server.name} ({url})")
+            return
         command = db.substitute(server.command, {}, paths)
         args = [db.substitute(a, {}, paths) for a in server.args]
         if server.client == "claude":  # `claude mcp add` is typed in a shell, which expands ~
@@ -283,11 +295,43 @@ class DocRun:
             raise db.DocError(f"{where}: {server.client} config for {server.name} must pass --home "
                               "(MCP clients need not pass PEERD_HOME on)")
         env = {k: v for k, v in m.env.items() if k in CLIENT_ENV or k.startswith("UV_")}
-        params = StdioServerParameters(command=m.node.exec_prefix()[0], args=[*m.node.exec_prefix()[1:], command,
-                                                                               *args], env=env, cwd=str(m.work))
+        self._stdio(m, [command, *args], env, m.work, f"{server.client} server {server.name}")
+
+    def _stdio(self, m: Machine, argv: list[str], env: dict[str, str], cwd: Path, what: str) -> None:
+        """Connect to a stdio MCP server started in the machine as ``argv``; it must list peerd's tools."""
+        prefix = m.node.exec_prefix()
+        params = StdioServerParameters(command=prefix[0], args=[*prefix[1:], *argv], env=env, cwd=str(cwd))
         names = asyncio.run(asyncio.wait_for(_list_tools(params), patience(60)))
         if "send_message" not in names:
-            raise DocFailure(f"{server.client} server {server.name} ({command} {' '.join(args)}) lists {names}")
+            raise DocFailure(f"{what} ({' '.join(argv)}) lists {names}")
+
+    def _probe(self, m: Machine, url: str, headers: dict[str, str], role: str | None, what: str) -> None:
+        """Connect to an MCP URL from inside the machine; it must list peerd's tools and, when the
+        configuration binds a role, answer ``whoami`` with that role."""
+        argv = [*m.node.exec_prefix(), sys.executable, str(PROBE), url,
+                *(word for pair in headers.items() for word in pair)]
+        done = subprocess.run(argv, env=m.env, cwd=m.work, capture_output=True, text=True,
+                              timeout=patience(60), check=False)
+        if done.returncode != 0:
+            raise DocFailure(f"{what}: no MCP session:\n{done.stderr[-3000:]}")
+        answer = json.loads(done.stdout)
+        if "send_message" not in answer["tools"]:
+            raise DocFailure(f"{what} lists {answer['tools']}")
+        bound = (answer["whoami"] or {}).get("role")
+        if role is not None and bound != role:
+            raise DocFailure(f"{what}: the session is bound to {bound!r}, not {role!r}: {answer['whoami']}")
+
+    def _mcp_command(self, m: Machine, block: db.Block, text: str) -> None:
+        """A ``peerd mcp`` typed in a shell: connect to it as its client would."""
+        if not db.serves_http(text):  # through the shell, which expands ~ and the like as typed
+            self._stdio(m, ["bash", "-c", f"exec {text}"], m.env, self._cwd(m, block), text)
+            return
+        bg = Background(self._argv(m, f"exec {text}"), m.env, self._cwd(m, block), "serves", text)
+        try:
+            url = bg.wait_for(db.serving_url, "the line naming its URL")
+            self._probe(m, url, {}, None, text)
+        finally:
+            bg.stop()
 
 
 async def _list_tools(params: StdioServerParameters) -> list[str]:

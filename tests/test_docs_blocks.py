@@ -104,16 +104,41 @@ def test_long_running_commands_split_shell_blocks() -> None:
     assert db.strip_comment("peerd send 'a # b' # c") == "peerd send 'a # b'"
 
 
+def test_mcp_servers_typed_in_a_shell() -> None:
+    """A bare peerd mcp serves until its client leaves; one in a pipeline or with || finishes."""
+    assert db.long_running("peerd mcp --in-memory --transport stdio   # gone on exit") == "serves"
+    assert db.long_running("uv run peerd mcp --home ./h --role r") == "serves"
+    assert db.long_running('peerd mcp --home ./nope || echo "exit $?"') is None
+    assert db.long_running("peerd mcp --home ./h < /dev/null") is None
+    assert db.serves_http("peerd mcp --transport http --db-path x.db")
+    assert db.serves_http("peerd mcp --transport=http")
+    assert not db.serves_http("peerd mcp --transport stdio --db-path http.db")
+    assert db.serving_url(["log line", "peerd mcp: serving MCP at http://127.0.0.1:8000/mcp"]) == \
+        "http://127.0.0.1:8000/mcp"
+    assert db.serving_url(["peerd mcp: starting"]) is None
+
+
 def test_client_configurations() -> None:
     """Claude Code, Codex and JSON configurations give the server's command and args; bad ones fail."""
     claude = db.claude_servers("claude mcp add --scope user peerd -- peerd mcp --home ~/h --role r\n"
                                "claude mcp add --transport http p http://127.0.0.1:1/mcp --header 'X: y'\n", "d")
-    assert claude == [db.StdioServer("claude", "peerd", "peerd", ("mcp", "--home", "~/h", "--role", "r"))]
+    assert claude == [db.StdioServer("claude", "peerd", "peerd", ("mcp", "--home", "~/h", "--role", "r")),
+                      db.HttpServer("claude", "p", "http://127.0.0.1:1/mcp", (("X", "y"),))]
     assert db.claude_servers("claude --resume\n", "d") is None
     codex = db.toml_servers('[mcp_servers.peerd]\ncommand = "uv"\nargs = ["run", "peerd"]\n', "d")
     assert codex == [db.StdioServer("codex", "peerd", "uv", ("run", "peerd"))]
     generic = db.json_servers('{"mcpServers": {"p": {"command": "peerd", "args": ["mcp"]}}}', "d")
     assert generic == [db.StdioServer("json", "p", "peerd", ("mcp",))]
+    codex_http = db.toml_servers('[mcp_servers.p]\nurl = "http://127.0.0.1:<local-port>/mcp"\n'
+                                 'http_headers = { "X-Peerd-Role" = "r" }\n', "d")
+    assert codex_http == [db.HttpServer("codex", "p", "http://127.0.0.1:<local-port>/mcp", (("X-Peerd-Role", "r"),))]
+    assert codex_http[0].role == "r"
+    by_query = db.json_servers('{"mcpServers": {"p": {"type": "http", "url": "http://h:1/mcp?role=q&instance=i"}}}',
+                               "d")
+    assert by_query == [db.HttpServer("json", "p", "http://h:1/mcp?role=q&instance=i")] and by_query[0].role == "q"
+    assert db.HttpServer("json", "p", "http://h:1/mcp").role is None
+    with pytest.raises(db.DocError, match="http URL"):
+        db.json_servers('{"mcpServers": {"p": {"url": "ftp://x"}}}', "d")
     for bad in ('{"mcpServers": {"p": {"args": []}}}', '{"mcpServers": {"p": {"command": "x", "args": "mcp"}}}',
                 "{not json"):
         with pytest.raises(db.DocError):
