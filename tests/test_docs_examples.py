@@ -24,7 +24,6 @@ SKIPPED = {
     ("docs/mcp.md", "starts Claude Code itself, an interactive client"),
     ("docs/mcp.md", "installs from npm; scripts/test runs it before the suite when the Inspector is missing"),
     ("docs/mcp.md", "a fragment of your own server: the names above it are yours"),
-    ("docs/protocol.md", "needs a running daemon and its fleet key; to be wired to one"),
 }
 
 
