@@ -85,7 +85,7 @@ def test_page_without_progress_is_refused() -> None:
     def stuck(msg: protocol.Msg) -> protocol.Msg:
         if msg["t"] == "sync":
             return {"t": "diff", "v": protocol.shorten(b.vector())}
-        return {"t": "page", "o": held, "r": {}, "m": True}
+        return {"t": "page", "g": protocol.group(held), "r": {}, "m": True}
 
     with pytest.raises(ProtocolError, match="no progress"):
         drive(client_round(a, budget=4096), stuck)
