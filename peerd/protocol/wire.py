@@ -92,7 +92,8 @@ def decode_map(data: bytes) -> Msg:
 def encode(msg: Msg) -> bytes:
     """A sealed peer message's plaintext: the head, then the other fields (module docstring).
     ValueError for a kind with no code: a bug of ours, never a peer's doing."""
-    code = CODES.get(msg.get("t"))  # type: ignore[arg-type]
+    kind = msg.get("t")
+    code = CODES.get(kind) if isinstance(kind, str) else None
     if code is None:
         raise ValueError(f"no wire code for message kind {msg.get('t')!r}")
     head = bytearray([code])
