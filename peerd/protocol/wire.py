@@ -108,8 +108,8 @@ def encode(msg: Msg) -> bytes:
     return bytes(head) + (encode_map(rest) if rest else b"")
 
 
-def decode(data: bytes) -> Msg:
-    """A sealed peer message from its plaintext; ProtocolError if it is not one of this version."""
+def _head(data: bytes) -> tuple[Msg, int]:
+    """The head's fields (``t``, and ``n``, ``p`` when flagged) and where the body starts."""
     if not data:
         raise ProtocolError("empty message")
     head = data[0]
@@ -118,17 +118,24 @@ def decode(data: bytes) -> Msg:
     kind = KIND_OF_CODE.get(head & CODE_BITS)
     if kind is None:
         raise ProtocolError(f"unknown message kind code {head & CODE_BITS}")
-    end = 1 + (SHORT if head & HAS_N else 0) + (2 if head & HAS_P else 0)
+    fields: Msg = {"t": kind}
+    end = 1
+    if head & HAS_N:
+        fields["n"], end = data[end : end + SHORT], end + SHORT
+    if head & HAS_P:
+        fields["p"], end = int.from_bytes(data[end : end + 2], "big"), end + 2
     if len(data) < end:
         raise ProtocolError("message head is cut short")
+    return fields, end
+
+
+def decode(data: bytes) -> Msg:
+    """A sealed peer message from its plaintext; ProtocolError if it is not one of this version."""
+    fields, end = _head(data)
     msg: Msg = decode_map(data[end:]) if len(data) > end else {}
     if HEAD_FIELDS & msg.keys():
         raise ProtocolError("message body repeats a head field (t, n or p)")
-    msg["t"] = kind
-    if head & HAS_N:
-        msg["n"] = data[1 : 1 + SHORT]
-    if head & HAS_P:
-        msg["p"] = int.from_bytes(data[end - 2 : end], "big")
+    msg.update(fields)
     return msg
 
 
