@@ -4,6 +4,7 @@ Run from the repository root::
 
     uv run python bench/bench_fleet.py            # full sizes (a few minutes)
     uv run python bench/bench_fleet.py --quick    # small sizes, < 60 s
+    uv run python bench/bench_fleet.py --messages 1000000   # the memory figure with N messages
 
 Every daemon is a separate ``peerd run`` process on 127.0.0.1 (mDNS off, seeds
 only), started and stopped by the test suite's harness (``tests/daemons.py``),
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import statistics
 import sys
@@ -71,10 +73,13 @@ class Sizes:
     fleet: int  # daemons in figure 5
     spreads: int  # messages timed across the fleet
     settle_timeout: float
+    rss_messages: int  # messages in the replica of the loaded memory figure (6)
 
 
-FULL = Sizes(200, 100, 100_000, 32, 5, 90.0)
-QUICK = Sizes(40, 20, 10_000, 8, 2, 30.0)
+FULL = Sizes(200, 100, 100_000, 32, 5, 90.0, 1_000_000)
+QUICK = Sizes(40, 20, 10_000, 8, 2, 30.0, 20_000)
+IDLE_RSS_MB, LOADED_RSS_MB = 60.0, 80.0
+RSS_CHECKS = 1_000  # check_messages calls over MCP before the loaded figure
 
 
 async def _request_sent(_session: aiohttp.ClientSession, ctx: SimpleNamespace, _params: object) -> None:
@@ -413,6 +418,55 @@ async def bench_spread(bench: Bench, sizes: Sizes, hop_s: float) -> list[Figure]
     ]
 
 
+# -- 6. memory -----------------------------------------------------------------------------------
+
+
+def rss_mb(pid: int) -> tuple[float, float]:
+    """Resident set size and its peak (VmRSS, VmHWM) of a process, in MB."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+async def mcp_checks(url: str, count: int) -> None:
+    from mcp import Client  # noqa: PLC0415 - only this figure needs the SDK
+
+    async with Client(url) as client:
+        for _ in range(count):
+            result = await client.call_tool("check_messages", {"recipient": ROLE, "limit": 50})
+            assert not result.is_error, result.content
+
+
+async def bench_memory(bench: Bench, sizes: Sizes) -> list[Figure]:
+    n = sizes.rss_messages
+    section(f"6. daemon memory: idle, then with {n:,} messages caught up and {RSS_CHECKS:,} MCP check_messages")
+    key = new_fleet_key()
+    p_src, p_dst = free_ports(2)
+    src = bench.add("mem-src", key, p_src)
+    dst = bench.add("mem-dst", key, p_dst, seeds=[src])
+    await bench.start([src], 1)
+    with stopwatch() as gen:
+        raws = [r for ops in workload(4, n // 4) for r in ops]
+    with open_home(src.home) as rep:
+        await asyncio.to_thread(apply_in_batches, rep, raws, PAGE_OPS)
+    want = (await bench.status(src))["totals"]["ops"]
+    note(f"source daemon holds {want:,} ops (signing and applying them, not timed: {fmt(gen.seconds)} s + ...)")
+    await bench.start([dst], 1)
+    pid = int(dst.info["pid"])
+    idle, _ = rss_mb(pid)
+    figures = [report(Figure("daemon RSS, idle (fresh start, empty replica)", idle, "MB", at_most(IDLE_RSS_MB)))]
+    with stopwatch() as caught:
+        await wait_ops(bench, dst, want, 900)
+    note(f"caught up {want:,} ops in {fmt(caught.seconds)} s; RSS then {fmt(rss_mb(pid)[0])} MB")
+    await mcp_checks(dst.info["mcp_url"], RSS_CHECKS)
+    loaded, peak = rss_mb(pid)
+    note(f"after {RSS_CHECKS:,} check_messages over MCP: RSS {fmt(loaded)} MB, peak {fmt(peak)} MB")
+    figures.append(report(Figure(f"daemon RSS, {n:,} messages, after catch-up and {RSS_CHECKS:,} checks", loaded,
+                                 "MB", at_most(LOADED_RSS_MB), idle)))
+    src.stop()
+    dst.stop()
+    return figures
+
+
 # -- main ---------------------------------------------------------------------------------------
 
 
@@ -425,6 +479,9 @@ async def run(sizes: Sizes, root: Path) -> list[Figure]:
         b.stop()
         figures += await bench_spread(bench, sizes, hop_s)
         note("baseline of the spread figures: the one-hop push latency p50 of figure 3 (new connection per call)")
+        for d in bench.daemons:
+            d.stop()
+        figures += await bench_memory(bench, sizes)
         return figures
     except BaseException:
         for d in bench.daemons:
@@ -439,8 +496,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="small sizes (< 60 s)")
     parser.add_argument("--dir", type=Path, default=None, help="folder for the daemons' homes (default: a temp dir)")
+    parser.add_argument("--messages", type=int, default=None,
+                        help="messages in the replica of the memory figure (6); default 1,000,000, quick 20,000")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
+    if args.messages is not None:
+        sizes = dataclasses.replace(sizes, rss_messages=args.messages)
     print(f"peerd fleet benchmark ({'quick' if args.quick else 'full'} sizes); Python {sys.version.split()[0]}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     with stopwatch() as total, tempfile.TemporaryDirectory(dir=args.dir, prefix="peerd-fleet-") as tmp:

@@ -1,9 +1,17 @@
-"""MCP tool-call latency: send_message and check_messages over streamable HTTP (a real
-daemon) and over stdio (a real `peerd mcp` process), with 100k messages in the replica.
+"""MCP tool-call latency over streamable HTTP (a real daemon) and over stdio (a real
+`peerd mcp` process), each against a floor measured in the same run.
 
-Baseline, measured in the same run: the same calls made straight on the Python API
-(in-process, no MCP, no transport). Target: p50 <= 5 ms over HTTP. The daemon is
-started by the test suite's harness (``tests/daemons.py``).
+1. Against the floor: ``send_message``, ``check_messages`` returning 50 of 1,000 stored
+   messages, ``poll`` returning 50 thread messages and ``list_peers`` (20 profiles), on a
+   replica of 1,000 messages. The floor is a bare MCP server (``mcp_floor.py``: the same SDK
+   ``MCPServer``, the same transport) whose tools return the very payloads peerd returned.
+   peerd and the floor are called in alternating blocks, so load elsewhere hits both.
+   Target: p50 of each within 1.5x of its floor.
+2. A big replica (100k messages): ``send_message`` and ``check_messages`` (10 of them)
+   against the same calls made straight on the Python API (in-process, no MCP, no
+   transport). Target: p50 <= 5 ms over HTTP.
+
+The daemon is started by the test suite's harness (``tests/daemons.py``).
 
     uv run python bench/bench_mcp.py [--quick]
 """
@@ -12,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import tempfile
@@ -24,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from _util import Figure, at_most, note, percentile, print_summary, report, section  # noqa: E402
 from mcp import Client, StdioServerParameters  # noqa: E402
+from mcp.types import CallToolResult  # noqa: E402
 from sim import apply_in_batches, workload  # noqa: E402
 
 from peerd.config import init_home  # noqa: E402
@@ -41,6 +51,113 @@ def build_home(home: Path, messages: int) -> float:
             apply_in_batches(rep, raws, 2_000)
         rep.catch_up()
     return time.perf_counter() - started
+
+
+FLOOR = Path(__file__).resolve().parent / "mcp_floor.py"
+FLOOR_RATIO = 1.5  # target: peerd's p50 within this of the floor's
+BLOCK = 25  # calls per block; peerd and the floor alternate blocks
+STORED, FETCH, THREAD_MSGS, PROFILES = 1_000, 50, 100, 20
+
+
+def build_small_home(home: Path) -> None:
+    """1,000 messages for the role ``fetch``; a thread of 100 messages; 20 profiles."""
+    init_home(home, name="bench")
+    with open_home(home) as rep:
+        for i in range(STORED):
+            rep.send_message("writer", "fetch", f"message {i}: " + "lorem ipsum dolor sit amet " * 5)
+        alice, bob = rep.create_agent("alice"), rep.create_agent("bob")
+        thread = rep.create_thread(alice, bob)
+        for i in range(THREAD_MSGS):
+            rep.append(thread, alice if i % 2 else bob, f"thread message {i}: " + "consectetur adipiscing " * 5)
+        for i in range(PROFILES):
+            rep.update_profile(f"role{i:02d}", f"Role {i}", {"role": "worker", "workspace": f"/w/{i}"},
+                               {"currentTask": f"task {i}"})
+    (home / "thread_id").write_text(thread)
+
+
+def floor_calls(thread: str) -> dict[str, Callable[[int], tuple[str, dict[str, object]]]]:
+    """Each measured tool: the arguments of call i (the same for peerd and the floor)."""
+    return {
+        "send_message": lambda i: ("send_message", {"from": "bench", "channel": "reader", "content": f"m{i}"}),
+        "check_messages": lambda _i: ("check_messages", {"recipient": "fetch", "limit": FETCH}),
+        "poll": lambda _i: ("poll", {"thread_id": thread, "after_seq": 0, "limit": 50}),
+        "list_peers": lambda _i: ("list_peers", {"limit": PROFILES}),
+    }
+
+
+async def call(client: Client, name: str, args: dict[str, object]) -> CallToolResult:
+    result = await client.call_tool(name, args)
+    assert not result.is_error, result.content
+    return result
+
+
+async def payloads(client: Client, thread: str) -> dict[str, object]:
+    """peerd's structured result of each measured tool, for the floor to return."""
+    out: dict[str, object] = {}
+    for tool, make in floor_calls(thread).items():
+        out[tool] = (await call(client, *make(0))).structured_content
+    checked = out["check_messages"]
+    assert isinstance(checked, dict) and len(checked["messages"]) == FETCH, "check_messages did not return 50"
+    return out
+
+
+async def against_floor(peerd: Client, floor: Client, thread: str, count: int) -> dict[str, list[list[float]]]:
+    """Latencies (ms) of each tool, [peerd, floor], in alternating blocks after a warm-up."""
+    out: dict[str, list[list[float]]] = {}
+    for tool, make in floor_calls(thread).items():
+        samples: list[list[float]] = [[], []]
+        for client in (peerd, floor):
+            await timed(lambda i, c=client, m=make: call(c, *m(i)), 10)  # warm up
+        for start in range(0, count, BLOCK):
+            for side, client in enumerate((peerd, floor)):
+                samples[side] += await timed(lambda i, c=client, m=make, s=start: call(c, *m(s + i)), BLOCK)
+        out[tool] = samples
+    return out
+
+
+def floor_figures(label: str, lat: dict[str, list[list[float]]]) -> list[Figure]:
+    figs = []
+    for tool, (ours, floor) in lat.items():
+        name = f"{label} {tool}" + (f" ({FETCH} of {STORED:,})" if tool == "check_messages" else "")
+        f50, f99 = percentile(floor, 50), percentile(floor, 99)
+        note(f"{name}: floor p50 {f50:.2f} ms, p99 {f99:.2f} ms")
+        figs.append(report(Figure(f"{name} p50", percentile(ours, 50), "ms", at_most(FLOOR_RATIO * f50), f50)))
+        figs.append(report(Figure(f"{name} p99", percentile(ours, 99), "ms", None, f99)))
+    return figs
+
+
+async def floor_http(payload_file: Path) -> tuple[asyncio.subprocess.Process, str]:
+    proc = await asyncio.create_subprocess_exec(sys.executable, str(FLOOR), str(payload_file), "http",
+                                                stdout=asyncio.subprocess.PIPE)
+    assert proc.stdout is not None
+    port = int((await proc.stdout.readline()).decode())
+    return proc, f"http://127.0.0.1:{port}/mcp"
+
+
+async def run_floors(root: Path, count: int) -> list[Figure]:
+    home, payload_file = root / "small", root / "payloads.json"
+    section(f"against the floor: {STORED:,} messages stored, a thread of {THREAD_MSGS}, {PROFILES} profiles")
+    build_small_home(home)
+    thread = (home / "thread_id").read_text()
+    figures: list[Figure] = []
+    params = StdioServerParameters(command=str(PEERD), args=["mcp", "--home", str(home)])
+    async with Client(params) as ours:
+        payload_file.write_text(json.dumps(await payloads(ours, thread)))
+        floor_params = StdioServerParameters(command=sys.executable, args=[str(FLOOR), str(payload_file), "stdio"])
+        async with Client(floor_params) as floor:
+            figures += floor_figures("stdio", await against_floor(ours, floor, thread, count))
+    daemon = Daemon("small", home, 0, fleet_key="", log_level="warning")
+    daemon.initialised = True
+    info = await asyncio.to_thread(daemon.start)
+    proc, url = await floor_http(payload_file)
+    try:
+        async with Client(info["mcp_url"]) as ours, Client(url) as floor:
+            figures += floor_figures("HTTP", await against_floor(ours, floor, thread, count))
+    finally:
+        proc.terminate()
+        await proc.wait()
+        daemon.stop(30)
+    return figures
 
 
 async def timed(call: Callable[[int], Awaitable[object]], count: int) -> list[float]:
@@ -97,6 +214,7 @@ def figures_for(label: str, lat: dict[str, list[float]], base: dict[str, list[fl
 
 
 async def run(messages: int, count: int, root: Path) -> list[Figure]:
+    figures = await run_floors(root, count)
     home = root / "home"
     section(f"building a replica with {messages:,} messages")
     note(f"built in {build_home(home, messages):.1f} s (not timed)")
@@ -104,7 +222,6 @@ async def run(messages: int, count: int, root: Path) -> list[Figure]:
     base = direct_latencies(home, count)
     for tool, xs in base.items():
         note(f"{tool}: p50 {percentile(xs, 50):.3f} ms, p99 {percentile(xs, 99):.3f} ms")
-    figures: list[Figure] = []
     section("streamable HTTP to a running daemon (SDK client, one session)")
     daemon = Daemon("daemon", home, 0, fleet_key="", log_level="warning")
     daemon.initialised = True  # build_home made it

@@ -44,14 +44,14 @@ from _util import (
 )
 
 from replica import Replica, hlc, identity, ops
-from replica.store import BUSY_TIMEOUT_MS
+from replica.store import BUSY_TIMEOUT_MS, CACHE_KIB
 
 # The pragmas replica.store sets on every connection; the raw baseline uses the same.
 PRAGMAS = (
     f"busy_timeout = {BUSY_TIMEOUT_MS}",
     "journal_mode = WAL",
     "synchronous = NORMAL",
-    "cache_size = -65536",
+    f"cache_size = -{CACHE_KIB}",
 )
 RAW_TABLE = (
     "CREATE TABLE messages(lseq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, sender TEXT NOT NULL,"

@@ -4,11 +4,15 @@ Every source implements ``DiscoverySource`` (``start(found, gone)`` /
 ``stop()``) and hands ``PeerCandidate`` values to the daemon. Discovery only
 suggests where peers may be; it knows nothing of sync and imports nothing
 else of peerd.
+
+``MdnsSource`` (python-zeroconf, slow to import) is loaded on first use, so
+code that needs only seeds or adverts (the command line) never loads it.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from discovery.advert import SERVICE_TYPE, Advert, decode_txt, encode_txt, judge_advert
 from discovery.backoff import Backoff
-from discovery.mdns import MdnsSource
 from discovery.netif import InterfaceChoice
 from discovery.seeds import Seed, SeedSource, parse_seed, parse_seeds
 from discovery.source import (
@@ -20,6 +24,17 @@ from discovery.source import (
     PeerCandidate,
     SeedError,
 )
+
+if TYPE_CHECKING:
+    from discovery.mdns import MdnsSource
+
+
+def __getattr__(name: str) -> Any:
+    if name == "MdnsSource":
+        from discovery.mdns import MdnsSource  # noqa: PLC0415 - zeroconf only when mDNS is used
+
+        return MdnsSource
+    raise AttributeError(f"module 'discovery' has no attribute {name!r}")
 
 __all__ = [
     "SERVICE_TYPE",

@@ -12,6 +12,13 @@ Invariants:
   extras (``seq``, ``cursor``, ``deliveredAt``, ``reachable``...) come beside them.
 * Published input schemas are plain and portable: no titles, optional
   arguments are simply not required (never ``null`` unions).
+* Published output schemas are self-contained and quick to check: no ``$ref``
+  (definitions are inlined), a nullable scalar is ``"type": [T, "null"]``
+  rather than an ``anyOf``, and the items of a list of objects (an inbox, a
+  page, peers) are described shallowly: ``{"type": "object"}`` with a
+  description naming their fields (docs/mcp.md lists them). Clients validate
+  every result against them (the SDK's client does, with jsonschema), so a
+  schema's depth is paid on every call; the top-level fields stay typed.
 * Every string argument must be valid Unicode (no lone surrogate), so nothing
   an argument carries can fail on its way to SQLite or back out as JSON.
 """
@@ -47,7 +54,7 @@ class Args(BaseModel):
     valid Unicode only."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=False, hide_input_in_errors=True,
-                              allow_inf_nan=False)
+                              allow_inf_nan=False, defer_build=True)
 
     @field_validator("*", mode="after")
     @classmethod
@@ -184,7 +191,7 @@ class NoArgs(Args):
 class StaticIn(BaseModel):
     """A profile's static identity; other keys are kept as given."""
 
-    model_config = ConfigDict(extra="allow", hide_input_in_errors=True)
+    model_config = ConfigDict(extra="allow", hide_input_in_errors=True, defer_build=True)
     role: str | None = Field(None, description="What this orchestrator is for.")
     workspace: str | None = Field(None, description="Where it works.")
     capabilities: list[str] | None = Field(None, description="What it can do, e.g. ['etl', 'sql'].")
@@ -193,7 +200,7 @@ class StaticIn(BaseModel):
 class DynamicIn(BaseModel):
     """A profile's session state; other keys are kept as given."""
 
-    model_config = ConfigDict(extra="allow", hide_input_in_errors=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="allow", hide_input_in_errors=True, allow_inf_nan=False, defer_build=True)
     current_task: str | None = Field(None, alias="currentTask", description="What it is doing now.")
     last_seen: int | float | None = Field(None, alias="lastSeen", ge=0, le=MAX_SAFE_INT,
                                           description="Unix ms of its last activity.")
@@ -296,11 +303,14 @@ class MarkReadArgs(Args):
 class Camel(BaseModel):
     """Result models of the messaging tools: camelCase on the wire."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True)
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True,
+                              defer_build=True)
 
 
 class Snake(BaseModel):
     """Result models of the thread tools: snake_case on the wire, like their arguments."""
+
+    model_config = ConfigDict(defer_build=True)
 
 
 class SentOut(Camel):
@@ -569,9 +579,49 @@ def input_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def output_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """The published outputSchema: aliases, no titles; nullable fields stay nullable."""
-    schema: dict[str, Any] = _tidy(model.model_json_schema(by_alias=True, mode="serialization"), nullable=True)
+    """The published outputSchema: aliases, no titles, no ``$ref``; nullable fields stay nullable."""
+    raw = _tidy(model.model_json_schema(by_alias=True, mode="serialization"), nullable=True)
+    defs = raw.pop("$defs", {})
+    schema: dict[str, Any] = _shallow_lists(_inline(raw, defs))
     return schema
+
+
+def _shallow_lists(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with each top-level list of objects reduced to ``{"type": "object"}`` items whose
+    description names their fields: what a client checks per item drops from every field to one type."""
+    props = {name: _shallow_items(prop) for name, prop in schema.get("properties", {}).items()}
+    return {**schema, "properties": props} if props else schema
+
+
+def _shallow_items(prop: dict[str, Any]) -> dict[str, Any]:
+    items = prop.get("items")
+    if prop.get("type") != "array" or not isinstance(items, dict) or "properties" not in items:
+        return prop
+    fields = ", ".join(items["properties"])
+    return {**prop, "items": {"type": "object", "description": f"Each with the fields {fields}."}}
+
+
+def _inline(schema: Any, defs: dict[str, Any]) -> Any:
+    """``schema`` with every ``$ref`` to ``defs`` replaced by its definition, and each nullable
+    scalar (``anyOf`` of one plain type and null) written as a type list: the same instances
+    pass, at a fraction of a validator's work."""
+    if isinstance(schema, list):
+        return [_inline(s, defs) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if "$ref" in schema:
+        target = defs[schema["$ref"].removeprefix("#/$defs/")]
+        return _inline({**target, **{k: v for k, v in schema.items() if k != "$ref"}}, defs)
+    out = {k: _inline(v, defs) for k, v in schema.items() if k != "properties"}
+    if "properties" in schema:
+        out["properties"] = {k: _inline(v, defs) for k, v in schema["properties"].items()}
+    any_of = out.get("anyOf")
+    if isinstance(any_of, list) and len(any_of) == 2 and {"type": "null"} in any_of:
+        other = next(s for s in any_of if s != {"type": "null"})
+        if isinstance(other, dict) and set(other) == {"type"} and isinstance(other["type"], str):
+            del out["anyOf"]
+            out["type"] = [other["type"], "null"]
+    return out
 
 
 def _tidy(schema: Any, *, nullable: bool) -> Any:

@@ -30,7 +30,7 @@ from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetad
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from mcp_server import resources, schemas
+from mcp_server import published, resources
 from mcp_server.channel import PushHub, replay_tool
 from mcp_server.tools import (
     TOOLS,
@@ -172,9 +172,9 @@ def make_tool(spec: ToolSpec[Any, Any], env: Env) -> Tool:
         name=spec.name,
         title=None,
         description=spec.description,
-        parameters=schemas.input_schema(spec.args),
+        parameters=published.input_schema(spec.args),
         fn_metadata=FuncMetadata(
-            arg_model=_RawArguments, output_schema=schemas.output_schema(spec.out), output_model=spec.out
+            arg_model=_RawArguments, output_schema=published.output_schema(spec.out), output_model=spec.out
         ),
         is_async=True,
         context_kwarg="ctx",

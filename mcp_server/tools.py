@@ -138,7 +138,10 @@ def capped_wait(seconds: float) -> float:
 async def wait_for_data(call: Call, look: Callable[[], Awaitable[T]], found: Callable[[T], bool],
                         wait: float) -> T:
     """``look()`` now; if nothing is ``found`` and ``wait`` > 0, look again after each change.
-    A wake with no change means the host is closing: the call returns what it has."""
+    A wake with no change means the host is closing: the call returns what it has. With no
+    ``wait`` it is one look (no change mark, so no second trip to the worker thread)."""
+    if wait <= 0:
+        return await look()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + capped_wait(wait)
     mark = await call.run(Replica.max_lseq)

@@ -37,6 +37,7 @@ from peerd.lazymount import McpBuilder
 from peerd.limits import raise_open_file_limit
 from peerd.local import LocalServer, build_app, mcp_builder
 from peerd.localapi import build_routes
+from peerd.memory import limit_arenas
 from peerd.node import Node
 from peerd.pairapi import pairing_routes
 from peerd.ratelog import RateFilter
@@ -187,6 +188,7 @@ def quiet_library_logs() -> None:
 async def run(home: Path, cfg: Config, *, bind: str = "0.0.0.0", advertise: str = "127.0.0.1",
               on_ready: Callable[[dict[str, Any]], None] | None = None) -> None:
     """Serve until SIGTERM or SIGINT; once ready, print the ready line, then call ``on_ready``."""
+    limit_arenas()  # before the first worker thread (peerd.memory)
     quiet_library_logs()
     daemon = Daemon(home, cfg, bind=bind, advertise=advertise)
     stop = asyncio.Event()

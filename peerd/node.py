@@ -48,9 +48,9 @@ import random
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from discovery import DiscoverySource, MdnsSource, PeerCandidate, SeedError, SeedSource, parse_seed
+from discovery import DiscoverySource, PeerCandidate, SeedError, SeedSource, parse_seed
 from discovery.source import Sighting
 from mcp_server.waiter import FeedWaiter
 from peerd import keyring, lan, protocol
@@ -67,6 +67,9 @@ from replica import Replica, vector
 from replica.errors import PeerdError, RemoteError, StoreError
 from replica.feed import ChangeFeed
 from replica.fleet import FleetView
+
+if TYPE_CHECKING:
+    from discovery.mdns import MdnsSource
 
 log = logging.getLogger("peerd.node")
 
@@ -170,6 +173,8 @@ class Node:
         sources: list[DiscoverySource] = [self.seeds]
         if self.cfg.mdns:
             interfaces = self.cfg.mdns_interfaces
+            from discovery.mdns import MdnsSource  # noqa: PLC0415 - zeroconf only with mDNS on
+
             self.mdns = MdnsSource(
                 self.rep.node_id, self.keys.fleet_id, self.peer_port, protocol.PROTOCOL_VERSION,
                 interfaces if isinstance(interfaces, str) else list(interfaces),

@@ -52,6 +52,9 @@ from replica.stamps import session_day
 BUSY_TIMEOUT_MS = 30_000
 
 
+CACHE_KIB = 8192  # page cache per connection (8 MiB): hot indexes fit; a daemon holds several connections
+
+
 class Store:
     """One connection to a replica file, guarded by a lock for thread use."""
 
@@ -75,7 +78,7 @@ class Store:
             self._enable_wal()
         c.execute("PRAGMA synchronous = NORMAL")
         c.execute("PRAGMA foreign_keys = OFF")
-        c.execute("PRAGMA cache_size = -65536")
+        c.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
 
     def _enable_wal(self) -> None:
         """Switch to WAL once per file. Another process opening the same new file at the same

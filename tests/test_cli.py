@@ -22,6 +22,7 @@ from peerd.cli import format as cli_format
 from peerd.config import load_config, save_config
 from replica import open_home
 from tests.daemons import PEERD, Daemon, Fleet, patience, wait_until
+from tests.imports import MCP_STACK, among, imported, run_traced
 
 pytest_plugins = ["tests.daemons"]
 
@@ -372,3 +373,32 @@ def test_messaging_commands_work_on_the_replica_with_no_daemon(tmp_path: Path) -
     assert ok_json("profile", "you", "--set", "name=You", home=home)["name"] == "You"
     assert ok_json("threads", home=home) == []
     assert ok("threads", home=home).strip() == "no threads"
+
+
+@pytest.mark.parametrize("argv", [
+    ("send", "--from", "alpha", "--to", "beta", "no mcp here"),
+    ("inbox", "beta"),
+    ("status",),
+    ("hook", "--role", "beta"),
+])
+def test_quick_commands_load_no_mcp_stack(tmp_path: Path, argv: tuple[str, ...]) -> None:
+    """`send`, `inbox`, `status` and `hook` never import the MCP SDK, pydantic or the ASGI server."""
+    home = tmp_path / "home"
+    ok("init", home=home)
+    out = run_traced([*argv], home)
+    assert out.returncode in (0, 3), out.stderr[-2000:]  # status: 3 when no daemon runs
+    loaded = imported(out.stderr)
+    assert "peerd.cli" in loaded and "replica" in loaded  # the trace is there
+    assert not among(loaded, MCP_STACK)
+
+
+def test_peerd_mcp_loads_no_other_command(tmp_path: Path) -> None:
+    """`peerd mcp` parses with its own parser: the other commands' modules (daemon client, pairing) stay unloaded."""
+    home = tmp_path / "home"
+    ok("init", home=home)
+    out = run_traced(["mcp", "--transport", "http", "--role", "x"], home)  # a usage error: parsed, then exit 2
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "--role and --instance apply to --transport stdio" in out.stderr
+    loaded = imported(out.stderr)
+    assert "peerd.cli.argparsing" in loaded
+    assert not among(loaded, ("peerd.cli.parser", "peerd.cli.commands", "peerd.cli.backends", "peerd.cli.pairing"))

@@ -14,11 +14,11 @@ from peerd.cli import hook, hook_argv
 from replica import open_home
 from replica.mailbox import Mail
 from tests.daemons import PEERD
+from tests.imports import MCP_STACK, among, imported
 from tests.oldfiles import downgrade_to_v2
 from tests.waiting import wait_until
 
-HEAVY = ("mcp", "mcp_server.server", "mcp_server.channel", "aiohttp", "asyncio", "pydantic", "starlette", "uvicorn",
-         "zeroconf")
+HEAVY = (*MCP_STACK, "aiohttp", "asyncio", "zeroconf")  # the hook runs on every prompt: none of these
 
 
 @pytest.fixture
@@ -117,9 +117,9 @@ def test_hook_loads_no_mcp_stack(home: Path) -> None:
     send(home, "alpha", "beta", "check imports")
     out = run_hook(home, "--role", "beta", stdin=PROMPT, python_flags=("-X", "importtime"))
     assert "check imports" in json.loads(out.stdout)["hookSpecificOutput"]["additionalContext"]
-    loaded = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    loaded = imported(out.stderr)
     assert "replica.mailbox" in loaded
-    assert not {m for m in loaded if m.split(".")[0] in HEAVY or m in HEAVY}
+    assert not among(loaded, HEAVY)
 
 
 # -- pure parts ---------------------------------------------------------------------------------

@@ -52,16 +52,28 @@ def undecodable(argv: Sequence[str]) -> str | None:
     return None
 
 
-def hook_argv(words: Sequence[str]) -> list[str] | None:
-    """The arguments of ``peerd hook`` if that is the command (global options before it are
-    moved after it), else None: the hook runs on every prompt and skips loading the rest."""
+def _split_globals(words: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(the global options before the command, the command and what follows it)."""
     globals_: list[str] = []
     rest = list(words)
     while rest and (rest[0] in ("--json", "--home") or rest[0].startswith("--home=")):
         take = 2 if rest[0] == "--home" else 1
         globals_ += rest[:take]
         rest = rest[take:]
+    return globals_, rest
+
+
+def hook_argv(words: Sequence[str]) -> list[str] | None:
+    """The arguments of ``peerd hook`` if that is the command (global options before it are
+    moved after it), else None: the hook runs on every prompt and skips loading the rest."""
+    globals_, rest = _split_globals(words)
     return [*rest[1:], *globals_] if rest[:1] == ["hook"] else None
+
+
+def is_mcp(words: Sequence[str]) -> bool:
+    """Whether the command is ``peerd mcp``: it starts with each MCP session, so it parses with a
+    parser of its own command only and loads none of the others."""
+    return _split_globals(words)[1][:1] == ["mcp"]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -74,8 +86,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     if (bad := undecodable(argv)) is not None:  # checked once here, so no command meets one
         print(f"peerd: argument {bad!a} is not valid UTF-8 text", file=sys.stderr)
         sys.exit(EXIT_USAGE)
-    from peerd.cli.parser import build_parser  # noqa: PLC0415 - every other command's modules
-
+    if is_mcp(argv):
+        from peerd.cli.argparsing import mcp_parser as build_parser  # noqa: PLC0415 - MCP's fast path
+    else:
+        from peerd.cli.parser import build_parser  # noqa: PLC0415 - every other command's modules
     args = build_parser().parse_args(argv)
     try:
         code = args.fn(args)

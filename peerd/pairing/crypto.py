@@ -18,7 +18,6 @@ import nacl.public
 import nacl.secret
 import nacl.signing
 import nacl.utils
-from spake2 import SPAKE2_A, SPAKE2_B  # type: ignore[import-untyped]
 
 from peerd.errors import DaemonError
 
@@ -66,6 +65,9 @@ class Pake:
     """One side of a SPAKE2 exchange over a code's secret."""
 
     def __init__(self, secret: bytes, *, joiner: bool) -> None:
+        # spake2 loads the cryptography package (about 10 MB resident): only when a code is used
+        from spake2 import SPAKE2_A, SPAKE2_B  # type: ignore[import-untyped]  # noqa: PLC0415
+
         self._side: Any = (SPAKE2_A if joiner else SPAKE2_B)(secret)
         self.message: bytes = bytes(self._side.start())
 

@@ -1,0 +1,77 @@
+"""A bare MCP server: the floor of ``bench_mcp.py``.
+
+The same SDK (``MCPServer``) and transports as peerd, and tools with peerd's names whose
+results are fixed payloads read from a JSON file (``{tool: structuredContent}``), returned as
+peerd returns them (JSON text and structured content). Nothing is looked up, validated
+beyond the SDK's own argument model, or written: what is left is the SDK's and the
+transport's cost of one call carrying that payload.
+
+    python bench/mcp_floor.py PAYLOADS.json stdio
+    python bench/mcp_floor.py PAYLOADS.json http     # prints the port it listens on, then serves
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from mcp.server import MCPServer
+from mcp.types import CallToolResult, TextContent
+
+
+def result(data: dict[str, Any]) -> CallToolResult:
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+
+
+def build(payloads: dict[str, dict[str, Any]]) -> MCPServer[Any]:
+    server: MCPServer[Any] = MCPServer("floor", log_level="WARNING")
+
+    @server.tool(name="send_message")
+    def send_message(channel: str, content: str) -> CallToolResult:
+        return result(payloads["send_message"])
+
+    @server.tool(name="check_messages")
+    def check_messages(recipient: str, limit: int = 20) -> CallToolResult:
+        return result(payloads["check_messages"])
+
+    @server.tool(name="poll")
+    def poll(thread_id: str, after_seq: int = 0, limit: int = 50) -> CallToolResult:
+        return result(payloads["poll"])
+
+    @server.tool(name="list_peers")
+    def list_peers(limit: int = 20) -> CallToolResult:
+        return result(payloads["list_peers"])
+
+    return server
+
+
+def serve_http(server: MCPServer[Any]) -> None:
+    import anyio  # noqa: PLC0415
+    import uvicorn  # noqa: PLC0415
+    from mcp.server.transport_security import TransportSecuritySettings  # noqa: PLC0415
+
+    app = server.streamable_http_app(
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+    sock = socket.socket()
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted sockets inherit it, as peerd sets it
+    sock.bind(("127.0.0.1", 0))
+    print(sock.getsockname()[1], flush=True)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    anyio.run(uvicorn.Server(config).serve, [sock])
+
+
+def main() -> None:
+    payloads = json.loads(Path(sys.argv[1]).read_text())
+    server = build(payloads)
+    if sys.argv[2] == "http":
+        serve_http(server)
+    else:
+        server.run("stdio")
+
+
+if __name__ == "__main__":
+    main()
