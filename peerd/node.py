@@ -397,10 +397,10 @@ class Node:
             return await self.pairing.answer(body, remote)
         except StoreError as exc:
             self._report_once("our replica", "store", f"cannot answer peers from our replica: {exc}")
-            return Answer(503, protocol.encode(protocol.error_reply(exc)))
+            return Answer(503, protocol.encode_map(protocol.error_reply(exc)))
         except Exception as exc:
             self._bug("answering a join request", exc)
-            return Answer(500, protocol.encode(protocol.error_reply(RuntimeError("internal error"))))
+            return Answer(500, protocol.encode_map(protocol.error_reply(RuntimeError("internal error"))))
 
     async def _answer_old_key(self, key: bytes, remote: str) -> Answer:
         """A request sealed with a key the fleet used before: answer with the rotation, nothing else

@@ -10,6 +10,7 @@ from typing import Any
 import msgpack
 import pytest
 
+from peerd import protocol
 from peerd.config import decode_fleet_key, encode_fleet_key, new_fleet_key
 from peerd.seal import open_sealed, seal
 from replica import identity, ops
@@ -110,9 +111,9 @@ BAD_OPS: dict[str, tuple[BadBatch, str]] = {
 
 
 def _push(a: Daemon, key: bytes, batch: list[bytes]) -> tuple[int, dict[str, Any]]:
-    body = seal(key, msgpack.packb({"t": "push", "o": batch, "n": b"\x00" * 8}, use_bin_type=True))
+    body = seal(key, protocol.encode({"t": "push", "o": batch, "n": b"\x00" * 8}))
     status, reply = post_raw(a.peer_url, body)
-    return status, msgpack.unpackb(open_sealed(key, reply), raw=False)
+    return status, protocol.decode(open_sealed(key, reply))
 
 
 @pytest.mark.parametrize("case", list(BAD_OPS))
@@ -140,9 +141,12 @@ def test_forged_or_altered_op_is_rejected_with_a_reason(trio: tuple[Fleet, Daemo
 
 MALFORMED: dict[str, tuple[Callable[[bytes], bytes], int]] = {
     "garbage sealed with the fleet key": (lambda k: seal(k, os.urandom(300)), 400),
-    "sealed msgpack that is not a map": (lambda k: seal(k, msgpack.packb([1, 2, 3])), 400),
-    "sealed map of an unknown kind": (lambda k: seal(k, msgpack.packb({"t": "gimme"})), 400),
-    "sealed push whose ops are not bytes": (lambda k: seal(k, msgpack.packb({"t": "push", "o": [1, "x"]})), 400),
+    "sealed head whose fields are not a map": (lambda k: seal(k, bytes([protocol.CODES["sync"]]) + msgpack.packb([1, 2])),
+                                               400),
+    "sealed head of an unknown kind": (lambda k: seal(k, bytes([31])), 400),
+    "sealed head cut short": (lambda k: seal(k, bytes([protocol.CODES["sync"] | 0x20]) + b"abc"), 400),
+    "sealed bare map (the first protocol version)": (lambda k: seal(k, msgpack.packb({"t": "sync", "d": b"x"})), 400),
+    "sealed push whose ops are not bytes": (lambda k: seal(k, protocol.encode({"t": "push", "o": [1, "x"]})), 400),
     "garbage, unsealed": (lambda k: os.urandom(300), 403),
     "plain msgpack, unsealed": (lambda k: msgpack.packb({"t": "sync", "d": b"x"}), 403),
     "empty body": (lambda k: b"", 403),
@@ -162,7 +166,7 @@ def test_malformed_peer_body_is_refused(trio: tuple[Fleet, Daemon, Daemon, Daemo
 
     assert status == expected
     if expected == 400:
-        answer = msgpack.unpackb(open_sealed(key, reply), raw=False)
+        answer = protocol.decode(open_sealed(key, reply))
         assert answer["t"] == "error" and answer["e"]
     else:
         assert reply  # a readable reason, not an empty answer

@@ -205,7 +205,7 @@ def test_dashboard_shows_fleet_news(fleet: Fleet, page: Page) -> None:
     fleet.start(a, x)
     wait_until(lambda: (x.peer(a) or {}).get("reachable"), SPREAD, "a live at x")
     joiner, nonce = os.urandom(32), os.urandom(16)
-    asked = protocol.decode(post_raw(f"http://{a.addr}/v1/join", join.request(
+    asked = protocol.decode_map(post_raw(f"http://{a.addr}/v1/join", join.request(
         join.ASK, k=joiner, nm="newcomer", c=codes.commit(joiner, nonce)))[1])
     post_raw(f"http://{a.addr}/v1/join", join.request(join.REVEAL, id=asked["id"], nb=nonce))
     page.goto(a.info["local_url"] + "/dashboard")

@@ -18,10 +18,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import pytest
 
-from peerd import doctor
+from peerd import doctor, protocol
 from peerd import home as homes
 from peerd.config import decode_fleet_key, encode_fleet_key, init_home, new_fleet_key, save_config
 from peerd.seal import seal
@@ -77,7 +76,7 @@ def fake_peer(key: bytes | None, *, clock_offset: float = 0.0, reply_clock_ms: i
                 reply: dict[str, Any] = {"t": "peers", "k": [], "n": b"\x42" * 8}
                 if reply_clock_ms is not None:
                     reply["c"] = reply_clock_ms
-                body, code = seal(key, msgpack.packb(reply, use_bin_type=True)), status
+                body, code = seal(key, protocol.encode(reply)), status
             self.send_response(code)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()

@@ -102,7 +102,7 @@ def test_a_page_with_ranges_outside_sqlite_fails_the_round() -> None:
     req, _ = protocol.step(gen, diff)
     assert req is not None and req["t"] == "pull"
     with pytest.raises(ProtocolError, match="page range"):
-        protocol.step(gen, {"t": "page", "o": [], "r": {b"o" * 8: [1, 2**63]}, "m": False})
+        protocol.step(gen, {"t": "page", "g": [], "r": {b"o" * 8: [1, 2**63]}, "m": False})
 
 
 def test_an_envelope_port_outside_1_to_65535_reads_as_absent() -> None:

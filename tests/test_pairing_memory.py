@@ -36,7 +36,7 @@ class Pair:
 
     async def post(self, kind: str, host: str = "10.0.0.9", **fields: object) -> tuple[int, dict[str, object]]:
         answer = await self.net.transport(host).post(self.addr, wire.request(kind, **fields), JOIN_PATH)
-        from peerd.protocol.wire import decode  # noqa: PLC0415
+        from peerd.protocol.wire import decode_map as decode  # noqa: PLC0415
 
         return answer.status, decode(answer.body)
 
@@ -196,7 +196,7 @@ async def test_one_source_cannot_flood_the_desk(pair: Pair) -> None:
 async def test_the_join_route_over_real_http_is_bounded(tmp_path: Path) -> None:
     """On a real aiohttp peer port: an oversized join body gets 413, garbage 400, a good ask 200."""
     from peerd.node import http_transport  # noqa: PLC0415
-    from peerd.protocol.wire import decode  # noqa: PLC0415
+    from peerd.protocol.wire import decode_map as decode  # noqa: PLC0415
 
     cfg = Config(name="alpha", fleet_key=new_fleet_key(), port=0, local_port=0, mdns=False)
     node = Node(cfg, Replica.open(":memory:"), bind="127.0.0.1", transport=http_transport(cfg), home=tmp_path)

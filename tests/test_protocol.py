@@ -85,7 +85,7 @@ def test_page_without_progress_is_refused() -> None:
     def stuck(msg: protocol.Msg) -> protocol.Msg:
         if msg["t"] == "sync":
             return {"t": "diff", "v": protocol.shorten(b.vector())}
-        return {"t": "page", "o": held, "r": {}, "m": True}
+        return {"t": "page", "g": protocol.group(held), "r": {}, "m": True}
 
     with pytest.raises(ProtocolError, match="no progress"):
         drive(client_round(a, budget=4096), stuck)
@@ -103,14 +103,26 @@ def _here(rep: Replica, **extra: object) -> protocol.Here:
                             "clock_ms": 1234, **extra})
 
 
+SYNC_CODE = protocol.CODES["sync"]
+
+
 @pytest.mark.parametrize(("data", "match"), [
-    (b"\xc1", "undecodable"),
-    (msgpack.packb([1, 2]), "not a map"),
-    (msgpack.packb({"t": "gimme"}), "unknown message kind"),
-    (msgpack.packb({"k": []}), "valid 't'"),
+    (b"", "empty message"),
+    (b"\xc1", "older peerd"),
+    (msgpack.packb({"t": "sync", "d": b"12345678"}), "older peerd"),
+    (bytes([31]), "unknown message kind code 31"),
+    (bytes([0]), "unknown message kind code 0"),
+    (bytes([protocol.CODES["same"]]), "unknown message kind 'same'"),
+    (bytes([SYNC_CODE]) + b"\xc1", "undecodable"),
+    (bytes([SYNC_CODE]) + msgpack.packb([1, 2]), "not a map"),
+    (bytes([SYNC_CODE | 0x20]) + b"1234567", "cut short"),
+    (bytes([SYNC_CODE | 0x20 | 0x40]) + b"12345678" + b"\x1e", "cut short"),
+    (bytes([SYNC_CODE]) + msgpack.packb({"n": b"12345678"}), "repeats a head field"),
+    (bytes([SYNC_CODE]) + msgpack.packb({"t": "push"}), "repeats a head field"),
 ])
 def test_a_request_that_is_not_ours_is_a_protocol_error(data: bytes, match: str) -> None:
-    """Garbage, a non-map, an unknown kind or no kind: ProtocolError naming it, never a msgpack exception."""
+    """Garbage, a bare map (the first protocol version), an unknown kind, a cut head or a body
+    holding head fields: ProtocolError naming it, never a msgpack exception."""
     with pytest.raises(ProtocolError, match=match):
         protocol.decode_request(data)
 

@@ -31,7 +31,7 @@ from peerd.pairing.crypto import PairingError, Pake, box_to, secret_box
 from peerd.pairing.desk import Desk, DeskError, Session
 from peerd.pairing.grant import Grant
 from peerd.protocol import join as wire
-from peerd.protocol.wire import ProtocolError, encode
+from peerd.protocol.wire import ProtocolError, encode_map
 from peerd.transport import Answer
 from replica import Replica
 
@@ -77,11 +77,11 @@ class PairingHost:
             return self._refusal(exc.status, str(exc), remote)
         except (ProtocolError, PairingError) as exc:
             return self._refusal(400, str(exc), remote)
-        return Answer(200, encode(reply))
+        return Answer(200, encode_map(reply))
 
     def _refusal(self, status: int, why: str, remote: str) -> Answer:
         log.info("join request from %s refused: %s", remote, why)
-        return Answer(status, encode(wire.error(why)))
+        return Answer(status, encode_map(wire.error(why)))
 
     async def _refuse_removed(self, joiner: bytes) -> None:
         if joiner in await asyncio.to_thread(self.member.rep.removed):

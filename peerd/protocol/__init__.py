@@ -3,7 +3,8 @@
 The protocol owns everything that crosses the wire; a node only seals, sends
 and schedules (``peerd.node``), through a transport (``peerd.transport``).
 
-* ``wire``      message kinds, the envelope (``n``, ``p``, ``nm``, ``c``), the msgpack codec
+* ``wire``      message kinds, the envelope (``n``, ``p``, ``nm``, ``c``), the codec (a head, then msgpack)
+* ``grouping``  a page's ops grouped by origin (each origin key said once)
 * ``rounds``    a sync round: the client as a generator, the answers to sync, pull and push
 * ``exchange``  peer exchange: records, names
 * ``dispatch``  one request in, the reply and what the node must do out (the forwarding rule)
@@ -17,6 +18,7 @@ through the ``SyncReplica`` calls only; every check of what a peer sent raises
 from peerd.protocol.catchup import CATCHUP_REPORT, Progress, advance_known, behind, reply_vector, start_catchup
 from peerd.protocol.dispatch import KINDS, Here, Outcome, Request, decode_request, dispatch, forwarded
 from peerd.protocol.exchange import Learnt, PeerRecord, learn, peers_message, probe
+from peerd.protocol.grouping import group, ungroup
 from peerd.protocol.rounds import (
     FULL_VECTOR_MAX,
     RoundResult,
@@ -33,8 +35,10 @@ from peerd.protocol.rounds import (
     sync_request,
 )
 from peerd.protocol.wire import (
+    CODES,
     DIFF,
     ERROR,
+    HEAD_FIELDS,
     OK,
     PAGE,
     PEERS,
@@ -49,7 +53,9 @@ from peerd.protocol.wire import (
     Msg,
     ProtocolError,
     decode,
+    decode_map,
     encode,
+    encode_map,
     envelope,
     error_reply,
     refusal,
@@ -61,9 +67,11 @@ from peerd.protocol.wire import (
 
 __all__ = [
     "CATCHUP_REPORT",
+    "CODES",
     "DIFF",
     "ERROR",
     "FULL_VECTOR_MAX",
+    "HEAD_FIELDS",
     "KINDS",
     "OK",
     "PAGE",
@@ -90,15 +98,18 @@ __all__ = [
     "behind",
     "client_round",
     "decode",
+    "decode_map",
     "decode_request",
     "dispatch",
     "drive",
     "encode",
+    "encode_map",
     "encode_page",
     "envelope",
     "error_reply",
     "expand",
     "forwarded",
+    "group",
     "handle_pull",
     "handle_push",
     "handle_sync",
@@ -115,4 +126,5 @@ __all__ = [
     "start_catchup",
     "step",
     "sync_request",
+    "ungroup",
 ]

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from peerd.protocol.wire import ERROR, Msg, ProtocolError, decode, encode
+from peerd.protocol.wire import ERROR, Msg, ProtocolError, decode_map, encode_map
 
 PATH = "/v1/join"
 MAX_BODY = 2048
@@ -63,7 +63,7 @@ def decode_join(data: bytes) -> JoinRequest:
     """A join request from its body; ProtocolError naming what is wrong."""
     if len(data) > MAX_BODY:
         raise ProtocolError(f"join request over {MAX_BODY} bytes")
-    msg = decode(data)
+    msg = decode_map(data)
     kind = msg.get("t")
     spec = _FIELDS.get(kind) if isinstance(kind, str) else None
     if spec is None:
@@ -80,7 +80,7 @@ def decode_join(data: bytes) -> JoinRequest:
 
 
 def request(kind: str, **fields: Any) -> bytes:
-    return encode({"t": kind, **fields})
+    return encode_map({"t": kind, **fields})
 
 
 def error(message: str) -> Msg:
@@ -98,7 +98,7 @@ class JoinRefused(ProtocolError):
 def answer_of(data: bytes, status: int) -> Msg:
     """A member's answer; JoinRefused for an ``error`` (with its message), ProtocolError if it is
     not one of ours at all."""
-    msg = decode(data)
+    msg = decode_map(data)
     if msg.get("t") == ERROR or status != 200:
         raise JoinRefused(str(msg.get("e", f"HTTP {status}")), status)
     return msg

@@ -3,9 +3,12 @@
 * ``sync``  A->B  ``{v: A vector}`` when A knows at most ``FULL_VECTOR_MAX`` origins, else
   ``{d: digest(A vector)}``; reply ``{t: same}`` when the vectors (or digests) match, else
   ``{t: diff, v: B vector, pg?: page}`` (a page of what A lacks when A sent its vector).
-* ``pull``  A->B  ``{w: {origin: A seq}}`` for the origins A lacks -> ``{t: page, o, r, m}``
+* ``pull``  A->B  ``{w: {origin: A seq}}`` for the origins A lacks -> ``{t: page, g, r, m}``
 * ``push``  A->B  ``{o: [op, ...], r?: 1}`` -> ``{t: ok, new: count}`` (``r``: sent by a round,
   not a fresh write, so the receiver does not forward it)
+
+A page (``pg`` of a ``diff``, or a ``page``) carries its ops in ``g``, grouped by origin so
+that each origin's key is said once (``peerd.protocol.grouping``); a push carries whole ops.
 
 Vectors and page ranges name origins by an 8-byte prefix of their key (ops
 themselves carry the full key), so an in-sync round costs a few dozen bytes.
@@ -23,6 +26,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from peerd.protocol.grouping import group, ungroup
 from peerd.protocol.wire import (
     DIFF,
     OK,
@@ -101,8 +105,8 @@ def encode_page(page: Page, *, implicit_when_complete: bool = False) -> Msg:
     answering a sync (``m`` false) may leave it out: it then covers, for every origin, the
     receiver's seq up to the ``v`` sent alongside it."""
     if implicit_when_complete and not page.more:
-        return {"o": page.ops, "m": False}
-    return {"o": page.ops, "r": {short(k): list(r) for k, r in page.ranges.items()}, "m": page.more}
+        return {"g": group(page.ops), "m": False}
+    return {"g": group(page.ops), "r": {short(k): list(r) for k, r in page.ranges.items()}, "m": page.more}
 
 
 def handle_sync(rep: SyncReplica, msg: Msg, budget: int) -> Msg:
@@ -157,7 +161,7 @@ def sync_request(ours: Mapping[bytes, int]) -> Msg:
 def _apply_page(rep: SyncReplica, raw: Any) -> tuple[int, bool]:
     if not isinstance(raw, dict):
         raise ProtocolError("page is not a map")
-    ops = _ops(raw.get("o"))
+    ops = ungroup(raw.get("g"))
     _ranges(raw.get("r", {}))
     more = raw.get("m")
     if not isinstance(more, bool):
