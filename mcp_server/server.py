@@ -175,9 +175,9 @@ def make_tool(spec: ToolSpec[Any, Any], env: Env) -> Tool:
         title=None,
         description=spec.description,
         parameters=published.input_schema(spec.args),
-        fn_metadata=FuncMetadata(
-            arg_model=_RawArguments, output_schema=published.output_schema(spec.out), output_model=spec.out
-        ),
+        # No output_model: the SDK would validate every result against it again, and a result is
+        # its model's dump already (or, for the hot tools, its wire form: tests check both).
+        fn_metadata=FuncMetadata(arg_model=_RawArguments, output_schema=published.output_schema(spec.out)),
         is_async=True,
         context_kwarg="ctx",
         annotations=spec.annotations,
