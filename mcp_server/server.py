@@ -39,6 +39,7 @@ from mcp_server.tools import (
     FleetIdProvider,
     SessionBinding,
     ToolSpec,
+    Wire,
 )
 from mcp_server.waiter import Waiter
 from replica import LocalError, NotFound, PeerdError, Replica, StoreError
@@ -99,8 +100,9 @@ def describe_invalid(exc: ValidationError, model: type[BaseModel]) -> str:
     return "; ".join(parts)
 
 
-def success_result(out: BaseModel) -> CallToolResult:
-    data = out.model_dump(mode="json", by_alias=True)
+def success_result(out: BaseModel | Wire) -> CallToolResult:
+    """``out`` as structured content and JSON text; a ``Wire`` dict is already in wire form."""
+    data = out if isinstance(out, dict) else out.model_dump(mode="json", by_alias=True)
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
@@ -173,9 +175,9 @@ def make_tool(spec: ToolSpec[Any, Any], env: Env) -> Tool:
         title=None,
         description=spec.description,
         parameters=published.input_schema(spec.args),
-        fn_metadata=FuncMetadata(
-            arg_model=_RawArguments, output_schema=published.output_schema(spec.out), output_model=spec.out
-        ),
+        # No output_model: the SDK would validate every result against it again, and a result is
+        # its model's dump already (or, for the hot tools, its wire form: tests check both).
+        fn_metadata=FuncMetadata(arg_model=_RawArguments, output_schema=published.output_schema(spec.out)),
         is_async=True,
         context_kwarg="ctx",
         annotations=spec.annotations,

@@ -10,7 +10,10 @@ Invariants:
   win. The bound instance applies only to the bound role.
 * Results use VantagePeers' names and forms (``messageId``, ``from``,
   ``createdAt`` in Unix ms...); the views from replica values to results are
-  pure functions (``message_out``, ``profile_out``, ``merge_peers``...).
+  pure functions (``message_out``, ``profile_out``, ``merge_peers``...). The results of the
+  hot tools (``send_message``, ``check_messages``, ``poll``, ``list_peers``) are built as plain
+  ``Wire`` dicts, already in the output model's wire form (names, order, JSON values): a model
+  would only be dumped again.
 * ``since`` is read by ``replica.stamps.parse_since`` against this replica's
   newest position and this machine's clock: a cursor or an arrival time, or
   ``invalid_argument``; never an empty inbox by mistake.
@@ -56,6 +59,7 @@ RECENT_MS = 15 * 60 * 1000  # "reachable": seen in the last 15 minutes
 INBOX_BYTES = 40_000  # VantagePeers' byte budget of one check_messages page (at least one message)
 
 T = TypeVar("T")
+Wire = dict[str, Any]  # a result in its output model's wire form (aliases, field order, JSON values)
 A = TypeVar("A", bound=BaseModel)
 R = TypeVar("R", bound=BaseModel)
 
@@ -100,7 +104,7 @@ class ToolSpec(Generic[A, R]):
     description: str
     args: type[A]
     out: type[R]
-    handler: Callable[[Call, A], Awaitable[R]]
+    handler: Callable[[Call, A], Awaitable[R | Wire]]
     annotations: ToolAnnotations
 
 
@@ -228,11 +232,12 @@ def message_out(m: MessageRecord) -> s.MessageOut:
                         retracted=m.retracted is not None, retracted_at=ms(m.retracted))
 
 
-def inbox_item(m: InboxMessage) -> s.InboxItem:
-    return s.InboxItem(message_id=m.id, receipt_id=m.receipt_id, sender=m.sender, from_instance_id=m.sender_instance,
-                       channel=m.channel, instance_id=m.target_instance, content=m.content,
-                       created_at=ms_of_iso(m.created), delivered_at=ms(m.delivered_at), read_at=ms(m.read_at),
-                       seq=m.seq)
+def inbox_item(m: InboxMessage) -> Wire:
+    """``s.InboxItem`` in wire form."""
+    return {"messageId": m.id, "receiptId": m.receipt_id, "from": m.sender, "fromInstanceId": m.sender_instance,
+            "channel": m.channel, "instanceId": m.target_instance, "content": m.content,
+            "createdAt": ms_of_iso(m.created), "deliveredAt": ms(m.delivered_at), "readAt": ms(m.read_at),
+            "seq": m.seq}
 
 
 def profile_out(p: Profile) -> s.ProfileOut:
@@ -261,29 +266,32 @@ def _text(value: object, default: str = "") -> str:
     return value if isinstance(value, str) else default
 
 
-def _peer(p: Profile, instance: str | None, seen_ms: int | None, now_ms: int, *, own: bool) -> s.PeerOut:
-    """One peer entry built on profile ``p`` (the entry's own, or its role's when ``own`` is false)."""
-    out = profile_out(p)
-    last = max((t for t in (seen_ms, _number(out.dynamic.get("lastSeen")) or None) if t is not None), default=None)
-    return s.PeerOut(
-        id=p.orchestrator_id, instance_id=instance or p.orchestrator_id,
-        name=out.name if own else instance or out.name, role=_text(out.static.get("role")),
-        workspace=_text(out.static.get("workspace")), current_task=_text(out.dynamic.get("currentTask"), "idle"),
-        last_seen=None if last is None else iso_ms(int(last)), session_count=_number(out.dynamic.get("sessionCount")),
-        reachable=last is not None and now_ms - last <= RECENT_MS, profile_id=p.profile_id if own else None)
+def _peer(p: Profile, instance: str | None, seen_ms: int | None, now_ms: int, *, own: bool) -> Wire:
+    """One peer entry (``s.PeerOut`` in wire form) built on profile ``p`` (the entry's own, or its
+    role's when ``own`` is false), with ``profile_out``'s defaults (lastSeen: its last update)."""
+    static, dynamic = p.static, p.dynamic
+    shown = dynamic["lastSeen"] if "lastSeen" in dynamic else ms(p.updated)
+    last = max((t for t in (seen_ms, _number(shown) or None) if t is not None), default=None)
+    name = p.name if p.name is not None else p.instance_id or p.orchestrator_id
+    return {"id": p.orchestrator_id, "instanceId": instance or p.orchestrator_id,
+            "name": name if own else instance or name, "role": _text(static.get("role")),
+            "workspace": _text(static.get("workspace")), "currentTask": _text(dynamic.get("currentTask"), "idle"),
+            "lastSeen": None if last is None else iso_ms(int(last)),
+            "sessionCount": _number(dynamic.get("sessionCount", 0)),
+            "reachable": last is not None and now_ms - last <= RECENT_MS, "profileId": p.profile_id if own else None}
 
 
 PeerKey = tuple[str, str]
 
 
 def merge_peers(profiles: Sequence[Profile], senders: Sequence[SenderSeen],
-                now_ms: int) -> list[tuple[PeerKey, s.PeerOut]]:
+                now_ms: int) -> list[tuple[PeerKey, Wire]]:
     """One entry per profile (a role's, an instance's) and per sender (role, instance) without one,
     by (role, instance) key: what a profile says, and when the newest of its lastSeen, its updates
     and its messages was. A sender without a profile shows its role's profile, if any."""
     by_key = {(name_key(p.orchestrator_id), name_key(p.instance_id or "")): p for p in profiles}
     seen = {(name_key(x.role), name_key(x.instance or "")): x for x in senders}
-    peers: dict[PeerKey, s.PeerOut] = {}
+    peers: dict[PeerKey, Wire] = {}
     for key, p in by_key.items():
         sender = seen.get(key)
         peers[key] = _peer(p, p.instance_id, ms(sender.last_seen) if sender else None, now_ms, own=True)
@@ -292,15 +300,15 @@ def merge_peers(profiles: Sequence[Profile], senders: Sequence[SenderSeen],
             continue
         base = by_key.get((key[0], ""))
         if base is None:
-            peers[key] = s.PeerOut(id=x.role, instance_id=x.instance or x.role, name=x.instance or x.role, role="",
-                                   workspace="", current_task="idle", last_seen=x.last_seen, session_count=0,
-                                   reachable=now_ms - (ms(x.last_seen) or 0) <= RECENT_MS, profile_id=None)
+            peers[key] = {"id": x.role, "instanceId": x.instance or x.role, "name": x.instance or x.role, "role": "",
+                          "workspace": "", "currentTask": "idle", "lastSeen": x.last_seen, "sessionCount": 0,
+                          "reachable": now_ms - (ms(x.last_seen) or 0) <= RECENT_MS, "profileId": None}
         else:
             peers[key] = _peer(base, x.instance, ms(x.last_seen), now_ms, own=False)
     return [(k, peers[k]) for k in sorted(peers)]
 
 
-def peers_page(peers: list[tuple[PeerKey, s.PeerOut]], after: object, limit: int) -> s.PeersOut:
+def peers_page(peers: list[tuple[PeerKey, Wire]], after: object, limit: int) -> Wire:
     """The ``limit`` peers after the key ``after`` (a [role, instance] key) of an earlier page."""
     if after is not None and not (isinstance(after, list) and len(after) == 2 and all(isinstance(x, str)
                                                                                          for x in after)):
@@ -309,8 +317,7 @@ def peers_page(peers: list[tuple[PeerKey, s.PeerOut]], after: object, limit: int
                                          len(peers))
     page = peers[start:start + limit]
     more = start + limit < len(peers)
-    return s.PeersOut(items=[p for _k, p in page],
-                      next_cursor=encode_cursor({"after": list(page[-1][0])}) if more else None)
+    return {"items": [p for _k, p in page], "nextCursor": encode_cursor({"after": list(page[-1][0])}) if more else None}
 
 
 # -- messaging -----------------------------------------------------------------------------
@@ -326,18 +333,18 @@ def _send_checked(r: Replica, sender: str, a: s.SendMessageArgs,
     return check, sent, r.get_message(sent.id)
 
 
-async def send_message(call: Call, a: s.SendMessageArgs) -> s.SentOut:
+async def send_message(call: Call, a: s.SendMessageArgs) -> Wire:
     sender = role_of(a.sender, call.bind, "from")
     from_inst = instance_of(a.from_instance_id, sender, call.bind)
     check, sent, m = await call.run(_send_checked, sender, a, from_inst)
-    return s.SentOut(message_id=sent.id, sender=sender, channel=a.channel.strip(), from_instance_id=from_inst,
-                     instance_id=a.instance_id, recipients=list(sent.recipients), created_at=ms_of_iso(sent.created),
-                     session_day=m.session_day, tenant_id=m.tenant, seq=sent.seq,
-                     unknown_recipients=list(check.unknown_recipients),
-                     known_roles=list(check.known_roles) if check.unknown_recipients else None)
+    return {"messageId": sent.id, "from": sender, "channel": a.channel.strip(), "fromInstanceId": from_inst,
+            "instanceId": a.instance_id, "recipients": list(sent.recipients), "createdAt": ms_of_iso(sent.created),
+            "sessionDay": m.session_day, "tenantId": m.tenant, "seq": sent.seq,
+            "unknownRecipients": list(check.unknown_recipients),
+            "knownRoles": list(check.known_roles) if check.unknown_recipients else None}
 
 
-async def check_messages(call: Call, a: s.CheckMessagesArgs) -> s.InboxOut:
+async def check_messages(call: Call, a: s.CheckMessagesArgs) -> Wire:
     role = role_of(a.recipient, call.bind, "recipient")
     inst = instance_of(a.recipient_instance_id, role, call.bind)
 
@@ -346,13 +353,13 @@ async def check_messages(call: Call, a: s.CheckMessagesArgs) -> s.InboxOut:
         return r.check_messages(role, inst, since.cursor, a.limit, arrived_after_ms=since.arrived_after_ms,
                                 max_bytes=INBOX_BYTES, tenant_id=a.tenant_id)
 
-    async def look() -> s.InboxOut:
+    async def look() -> Wire:
         inbox = await call.run(read)
-        return s.InboxOut(recipient=role, recipient_instance_id=inst, messages=[inbox_item(m) for m in inbox.messages],
-                          cursor=inbox.cursor, truncated=inbox.truncated,
-                          next_since=inbox.cursor if inbox.truncated else None)
+        return {"recipient": role, "recipientInstanceId": inst, "messages": [inbox_item(m) for m in inbox.messages],
+                "cursor": inbox.cursor, "truncated": inbox.truncated,
+                "nextSince": inbox.cursor if inbox.truncated else None}
 
-    return await wait_for_data(call, look, lambda out: bool(out.messages), a.wait)
+    return await wait_for_data(call, look, lambda out: bool(out["messages"]), a.wait)
 
 
 async def mark_as_read(call: Call, a: s.MarkAsReadArgs) -> s.MarkedOut:
@@ -446,12 +453,12 @@ async def search_messages_by_keyword(call: Call, a: s.KeywordSearchArgs) -> s.Ke
 # -- profiles and peers -----------------------------------------------------------------------
 
 
-def _list_peers(r: Replica, a: s.ListPeersArgs) -> s.PeersOut:
+def _list_peers(r: Replica, a: s.ListPeersArgs) -> Wire:
     peers = merge_peers(r.list_profiles(), r.recent_senders(), now_ms())
     return peers_page(peers, decode_cursor(a.cursor, "after"), a.limit)
 
 
-async def list_peers(call: Call, a: s.ListPeersArgs) -> s.PeersOut:
+async def list_peers(call: Call, a: s.ListPeersArgs) -> Wire:
     return await call.run(_list_peers, a)
 
 
@@ -565,10 +572,10 @@ def _thread_info(r: Replica, tid: str) -> s.ThreadInfoOut:
         raise NotFound(f"unknown thread {tid!r}")
     names = _names(r, info.participants)
     # Thread seqs run 1..message_count with no gap, so the latest message is the one after count - 1.
-    latest = _poll(r, tid, info.message_count - 1, 1).messages if info.message_count else []
+    latest = _poll(r, tid, info.message_count - 1, 1)["messages"] if info.message_count else []
     return s.ThreadInfoOut(thread_id=info.thread_id, participants=[names[p] for p in info.participants],
                            message_count=info.message_count, latest_activity=info.latest_activity,
-                           latest_message=latest[0] if latest else None)
+                           latest_message=s.ThreadMessageOut.model_validate(latest[0]) if latest else None)
 
 
 async def thread_info(call: Call, a: s.ThreadArgs) -> s.ThreadInfoOut:
@@ -608,19 +615,20 @@ async def append(call: Call, a: s.AppendArgs) -> s.AppendOut:
     return await call.run(_append, a.thread_id, a.sender_name, a.content)
 
 
-def _poll(r: Replica, tid: str, after: int, limit: int) -> s.PollOut:
+def _poll(r: Replica, tid: str, after: int, limit: int) -> Wire:
+    """``s.PollOut`` in wire form."""
     msgs = r.poll(tid, after, limit)
     names = _names(r, [m.sender for m in msgs])
-    items = [s.ThreadMessageOut(seq=m.seq, id=m.id, sender=names[m.sender], sender_id=m.sender,
-                                content=m.content, created=m.created) for m in msgs]
-    return s.PollOut(thread_id=tid, messages=items, cursor=max((m.seq for m in msgs), default=after))
+    items = [{"seq": m.seq, "id": m.id, "sender": names[m.sender], "sender_id": m.sender, "content": m.content,
+              "created": m.created} for m in msgs]
+    return {"thread_id": tid, "messages": items, "cursor": max((m.seq for m in msgs), default=after)}
 
 
-async def poll(call: Call, a: s.PollArgs) -> s.PollOut:
-    async def look() -> s.PollOut:
+async def poll(call: Call, a: s.PollArgs) -> Wire:
+    async def look() -> Wire:
         return await call.run(_poll, a.thread_id, a.after_seq, a.limit)
 
-    return await wait_for_data(call, look, lambda out: bool(out.messages), a.wait)
+    return await wait_for_data(call, look, lambda out: bool(out["messages"]), a.wait)
 
 
 def _has_unread(r: Replica, tid: str, name: str) -> s.HasUnreadOut:

@@ -715,6 +715,9 @@ class Node:
         while True:
             await self._push_evt.wait()
             self._push_evt.clear()
+            if not self.table.live():  # nobody to push to: step past these ops without reading them
+                self._pushed = max(self._pushed, self.feed.mark)
+                continue
             try:
                 ops = await asyncio.to_thread(self.rep.local_ops_after, self._pushed, PUSH_BATCH)
             except Exception as exc:  # the store failed for now: the next change tries again

@@ -11,6 +11,7 @@ An HLC value is one int: ``wall_ms << 16 | logical``. Invariants:
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime, timedelta
 
 LOGICAL_BITS = 16
@@ -43,6 +44,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _LAST_MS = 253402300799999  # 9999-12-31T23:59:59.999Z
 
 
+@functools.lru_cache(maxsize=2048)  # pure; profiles and pages show the same stamps again
 def to_iso(hlc: int) -> str:
     """The wall-clock part of a stamp as ISO-8601 UTC with milliseconds; a stamp outside
     the years 1970-9999 shows as the nearest end (it never raises)."""

@@ -168,7 +168,7 @@ class Messaging(ReplicaCore):
         if seen or undelivered:
             self._set(seen + undelivered)
         rows.sort(key=lambda r: (r[7], r[0]))  # creation order (HLC) within the page
-        msgs = [self._inbox_message(r, role, inst, now) for r in rows]
+        msgs = [self._inbox_message(r, key, now) for r in rows]
         return Inbox(msgs, max((m.seq for m in msgs), default=after), truncated)
 
     def inbox_all(self, recipient: str, recipient_instance_id: str | None = None,
@@ -182,7 +182,8 @@ class Messaging(ReplicaCore):
         args = inbox_args(role, inst, check_since(since), limit, tenant=None, floor=self._broadcast_floor(first))
         with self._store.read() as cur:
             rows = merged([r for sql in _LATEST for r in cur.execute(sql, args)], newest_first=True)[:limit]
-        msgs = [self._inbox_message(r, role, inst, None) for r in reversed(rows)]
+        key = (name_key(role), routing.instance_key(inst))
+        msgs = [self._inbox_message(r, key, None) for r in reversed(rows)]
         return Inbox(msgs, max([unread.cursor, *(m.seq for m in msgs)]))
 
     def _inbox_rows(self, role: str, inst: str | None, after: int, limit: int, *, tenant: str | None,
@@ -209,11 +210,12 @@ class Messaging(ReplicaCore):
                 self._floors[key] = rows[0][0] - 1 if rows else newest
         return rows[:limit]
 
-    def _inbox_message(self, r: Any, role: str, inst: str | None, now: int | None) -> InboxMessage:
-        """An inbox row as returned; ``now`` stands in for a delivery being recorded by this call."""
+    def _inbox_message(self, r: Any, key: tuple[str, str], now: int | None) -> InboxMessage:
+        """An inbox row as returned to the reader ``key`` (role and instance keys); ``now`` stands
+        in for a delivery being recorded by this call."""
         delivered = r[9] if r[9] is not None else now
         return InboxMessage(
-            id=r[1], receipt_id=receipt_id(r[1], name_key(role), routing.instance_key(inst)), sender=r[2],
+            id=r[1], receipt_id=receipt_id(r[1], *key), sender=r[2],
             sender_instance=r[3], channel=r[4], target_instance=r[5], content=r[6], created=hlcmod.to_iso(r[7]),
             seq=r[0], delivered_at=iso(delivered), read_at=iso(r[8]),
         )

@@ -22,6 +22,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -111,6 +112,18 @@ def profile_id(key: list[str]) -> str:
     return "pf_" + hashlib.blake2b(join_key(key).encode(), digest_size=8, person=b"peerd-prof").hexdigest()
 
 
+@functools.lru_cache(maxsize=4096)
+def _field(field: str) -> tuple[str, str] | None:
+    """``split_profile_field``, remembered: a fleet's profiles use a few field names over and over."""
+    return split_profile_field(field)
+
+
+@functools.lru_cache(maxsize=4096)
+def _id_of(pid: str) -> str:
+    """``profile_id`` of a stored profile id (its keys joined), remembered."""
+    return profile_id(pid.split("\x1f"))
+
+
 def _profile(rows: list[Any]) -> Profile:
     """One profile from its rows (the profile, joined with each of its registers)."""
     pid, role, inst, first, updated = rows[0][:5]
@@ -120,11 +133,10 @@ def _profile(rows: list[Any]) -> Profile:
         field, value = r[5], r[6]
         if field == "name":
             name = value
-        elif field is not None and value is not None and (split := split_profile_field(field)) is not None:
+        elif field is not None and value is not None and (split := _field(field)) is not None:
             groups[split[0]][split[1]] = json.loads(value)
-    key = pid.split("\x1f")
     return Profile(role, name, groups["static"], groups["dynamic"], iso(updated), inst,
-                   hlcmod.to_iso(first), profile_id(key))
+                   hlcmod.to_iso(first), _id_of(pid))
 
 
 class Profiles(ReplicaCore):

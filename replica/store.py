@@ -286,13 +286,15 @@ def _file_routes(cur: sqlite3.Cursor, lseq: int, channel: str | None, thread: st
 
 
 def find_message(cur: sqlite3.Cursor, mid: str, columns: str) -> Any:
-    """The ``columns`` of message ``mid``'s row, found through its origin and seq, or None."""
+    """The ``columns`` of message ``mid``'s row, found through its origin and seq, or None.
+    ``CROSS JOIN`` keeps origins (a few rows) the outer loop, so each is one ``ops_by_origin``
+    lookup; left to itself the planner may scan every op instead."""
     parsed = parse_message_id(mid)
     if parsed is None:
         return None
     prefix, seq = parsed
     return cur.execute(
-        f"SELECT {columns} FROM origins o JOIN ops m ON m.oid = o.oid AND m.seq = ?"
+        f"SELECT {columns} FROM origins o CROSS JOIN ops m ON m.oid = o.oid AND m.seq = ?"
         " WHERE substr(o.node, 1, ?) = ? AND m.id = ?",
         (seq, len(prefix), prefix, mid),
     ).fetchone()

@@ -219,7 +219,7 @@ def test_merge_peers_adds_instances_seen_sending() -> None:
     profiles = [Profile(r, r.upper(), {"role": "st"}, {}, old, None, old, f"pf_{r}") for r in ("a", "b")]
     senders = [SenderSeen("B", "b1", iso_ms(now), 0), SenderSeen("c", None, old, 0)]
     peers = [p for _k, p in merge_peers(profiles, senders, now)]
-    assert [(p.id, p.instance_id, p.name, p.role, p.reachable, p.profile_id) for p in peers] == [
+    assert [(p["id"], p["instanceId"], p["name"], p["role"], p["reachable"], p["profileId"]) for p in peers] == [
         ("a", "a", "A", "st", False, "pf_a"), ("b", "b", "B", "st", False, "pf_b"),
         ("b", "b1", "b1", "st", True, None), ("c", "c", "c", "", False, None)]
 
@@ -462,3 +462,34 @@ async def test_waiter_close_releases_waiters_and_a_waiting_call_returns(node: No
         await asyncio.wait_for(node.watcher.wait_beyond(10**9), 1)
     assert node.replica.send_message("a", "b", "after close").seq > 0
 
+
+
+async def test_hot_results_built_as_dicts_are_their_models_wire_form(node: Node) -> None:
+    """send_message, check_messages, poll and list_peers build their results as plain dicts: each is
+    exactly what its output model would give (names, order, JSON values, text = structured content)."""
+    r = node.replica
+    r.update_profile("reader", "Reader", {"role": "rev", "capabilities": ["x"]}, {"currentTask": "t", "sessionCount": 3})
+    r.update_profile("reader", None, None, {"lastSeen": 1_700_000_000_000}, instance_id="reader-2")
+    alice, bob = r.create_agent("alice"), r.create_agent("bob")
+    tid = r.create_thread(alice, bob)
+    r.append(tid, alice, "in the thread")
+    async with connect(node) as client:
+        calls: list[tuple[str, dict[str, Any], type[Any]]] = [
+            ("send_message", {"from": "writer", "channel": "reader,nobody", "content": "hi", "tenantId": "t1"},
+             s.SentOut),
+            ("send_message", {"from": "writer", "channel": "reader", "content": "again"}, s.SentOut),
+            ("check_messages", {"recipient": "reader", "limit": 1}, s.InboxOut),
+            ("check_messages", {"recipient": "reader"}, s.InboxOut),
+            ("poll", {"thread_id": tid, "after_seq": 0}, s.PollOut),
+            ("list_peers", {"limit": 2}, s.PeersOut),
+            ("list_peers", {}, s.PeersOut),
+        ]
+        for tool, args, model in calls:
+            result = await client.call_tool(tool, args)
+            assert not result.is_error, text(result)
+            data = result.structured_content
+            assert data is not None
+            assert text(result) == json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+            again = model.model_validate(data).model_dump(mode="json", by_alias=True)
+            assert json.dumps(again) == json.dumps(data), tool
+    assert data["items"] and any(p["profileId"] is None for p in data["items"])

@@ -327,3 +327,31 @@ def test_list_messages_pages_newest_first(mem: Replica) -> None:
     second = mem.list_messages(limit=2, before=first.before)
     third = mem.list_messages(limit=2, before=second.before)
     assert [m.id for m in second.messages + third.messages] == [ids[2], ids[1], ids[0]] and third.before is None
+
+
+def test_message_by_id_is_an_index_lookup_not_a_scan(mem: Replica) -> None:
+    """Finding a message by id (after every send, in get_message, in retractions) walks the few
+    origins and looks each up in ops by (origin, seq): never a scan of every op."""
+    from replica import store  # noqa: PLC0415
+
+    for i in range(30):
+        mem.send_message("alpha", "beta", f"filler {i}")
+    sent = mem.send_message("alpha", "beta", "wanted")
+    asked: list[tuple[str, tuple[object, ...]]] = []
+
+    class Recorder:
+        def execute(self, sql: str, params: tuple[object, ...]) -> Recorder:
+            asked.append((sql, params))
+            return self
+
+        def fetchone(self) -> None:
+            return None
+
+    store.find_message(Recorder(), sent.id, "m.content")  # type: ignore[arg-type]
+    assert len(asked) == 1
+    with mem._store.read() as cur:
+        plan = [row[3] for row in cur.execute("EXPLAIN QUERY PLAN " + asked[0][0], asked[0][1])]
+        assert store.find_message(cur, sent.id, "m.content")[0] == "wanted"
+    assert not any(step.startswith("SCAN m") for step in plan), plan
+    assert any("ops_by_origin" in step for step in plan), plan
+    assert mem.get_message(sent.id).content == "wanted"

@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult
 
@@ -25,6 +26,7 @@ from peerd.config import Config
 from peerd.node import Node
 from replica import Replica
 from tests.daemons import PEERD, Daemon, Fleet, wait_until
+from tests.waiting import eventually
 
 pytest_plugins = ["tests.daemons"]
 
@@ -218,6 +220,28 @@ async def test_node_runs_no_periodic_watch_task(tmp_path: Path) -> None:
             names = {getattr(t.get_coro(), "__qualname__", None) for t in node._tasks}
             assert names == {"Node._gossip", "Node._pusher", "keep_indexed"}
             assert not hasattr(node, "_watch")
+        finally:
+            await node.stop()
+
+
+async def test_pusher_alone_steps_past_writes_without_reading_them(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no live peer, a write wakes the pusher, which moves past it without a trip to the replica
+    (nothing to push to); its position still follows the feed, as if it had read and pushed nothing."""
+    with Replica.open(tmp_path / "replica.db") as rep:
+        node = Node(Config(name="n", fleet_key=b"k" * 32, port=0, local_port=0, mdns=False), rep, bind="127.0.0.1")
+        await node.start()
+        reads: list[int] = []
+        real = Replica.local_ops_after
+        monkeypatch.setattr(Replica, "local_ops_after",
+                            lambda self, lseq, limit=1000: reads.append(lseq) or real(self, lseq, limit))
+        try:
+            assert not node.table.live()
+            for i in range(3):
+                await asyncio.to_thread(rep.send_message, "a", "b", f"m{i}")
+            mark = await asyncio.to_thread(rep.max_lseq)
+            await eventually(lambda: node._pushed == mark or None, 10, "the pusher to reach the newest op")
+            assert reads == []
         finally:
             await node.stop()
 
