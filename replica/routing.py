@@ -22,7 +22,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from replica.names import name_key
 
@@ -69,8 +69,7 @@ def instance_address(role: str, instance: str | None) -> str | None:
     return inst if inst.startswith(name_key(role) + "-") else None
 
 
-@dataclass(frozen=True)
-class Envelope:
+class Envelope(NamedTuple):
     sender: str
     sender_instance: str | None
     channel: str | None

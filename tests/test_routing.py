@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -131,7 +129,8 @@ def test_inbox_query_matches_pure_rule(
 DAY = DAY_MS
 BASE = 1_800_000_000_000  # a wall time (ms) the clock of these tests starts from
 
-envelopes = st.builds(Envelope, sender=names, sender_instance=insts, channel=channels, target_instance=insts)
+envelopes = st.builds(Envelope, sender=names, sender_instance=insts, channel=channels, target_instance=insts,
+                      thread=st.none(), created_ms=st.just(0))
 
 
 @given(sent=st.lists(st.tuples(envelopes, st.integers(0, 30 * DAY)), min_size=1, max_size=8), role=names, inst=insts,
@@ -160,7 +159,7 @@ def test_both_inbox_queries_match_pure_rule_over_many_messages(
         first = firstseen.merge({}, sightings).get(name_key(role), clock[0])  # never seen: first seen now
         floor = broadcast_floor(first, history_days * DAY)
         visible = [str(i) for i, (e, at) in enumerate(sent)
-                   if visible_to(replace(e, created_ms=BASE + at), role, inst, floor)]
+                   if visible_to(e._replace(created_ms=BASE + at), role, inst, floor)]
         unread = r.check_messages(role, inst).messages
         assert [m.content for m in unread] == visible
         read = data.draw(st.lists(st.sampled_from(unread), unique=True), label="read") if unread else []

@@ -80,9 +80,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     hook_args = hook_argv(argv)
     if hook_args is not None:  # it checks its own arguments (and never exits 2, which blocks a prompt)
-        from peerd.cli.hook import main as hook_main  # noqa: PLC0415 - the hook's fast path
+        from peerd.cli.hook import leave  # noqa: PLC0415 - the hook's fast path
+        from peerd.cli.hook import main as hook_main  # noqa: PLC0415
 
-        sys.exit(hook_main(hook_args))
+        leave(hook_main(hook_args))
     if (bad := undecodable(argv)) is not None:  # checked once here, so no command meets one
         print(f"peerd: argument {bad!a} is not valid UTF-8 text", file=sys.stderr)
         sys.exit(EXIT_USAGE)
