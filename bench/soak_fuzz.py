@@ -50,19 +50,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgpack
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from _util import Figure, at_most, print_summary, report, section  # noqa: E402
 
-from peerd import protocol  # noqa: E402
 from peerd.config import decode_fleet_key  # noqa: E402
 from peerd.seal import seal  # noqa: E402
 from replica import identity, open_home  # noqa: E402
 from replica.ops import encode as encode_op  # noqa: E402
 from tests.daemons import Daemon, Fleet, wait_until  # noqa: E402 - needs the repo root on sys.path
+from tests.fuzzwire import wire  # noqa: E402
 
 WORKERS = 8
 RSS_FACTOR = 1.5
@@ -113,19 +111,6 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, list):
         return [jsonable(v) for v in value]
     return value.hex() if isinstance(value, bytes) else value
-
-
-def packed(value: Any) -> bytes:
-    return msgpack.packb(value, use_bin_type=True)
-
-
-def wire(msg: Any) -> bytes:
-    """``msg`` as a peer message's plaintext: the head codec for a known kind, else an unknown
-    kind code followed by the fields (so the fuzz reaches the decoder past the head)."""
-    if isinstance(msg, dict) and isinstance(msg.get("t"), str) and msg["t"] in protocol.CODES:
-        return protocol.encode(msg)
-    rest = {k: v for k, v in msg.items() if k != "t"} if isinstance(msg, dict) else msg
-    return bytes([31]) + packed(rest)
 
 
 # -- peer-port inputs -----------------------------------------------------------------------------------

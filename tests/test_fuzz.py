@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -35,6 +34,7 @@ from replica import InvalidOp, RemoteError, Replica, identity, open_home
 from replica.feed import ChangeFeed
 from replica.ops import encode
 from tests.daemons import Daemon, Fleet
+from tests.fuzzwire import packed, wire
 
 pytest_plugins = ["tests.daemons"]
 
@@ -77,19 +77,6 @@ def _odd_op(seq: int = 2**63, stamp: int = 1) -> bytes:
     ident = identity.generate()
     return encode(ident.public_key, seq, stamp, "msg", {"f": "a", "fi": None, "c": "b", "ti": None, "t": None,
                                                          "x": "y"}, sign=ident.sign)
-
-
-def packed(value: Any) -> bytes:
-    return msgpack.packb(value, use_bin_type=True)
-
-
-def wire(msg: Any) -> bytes:
-    """``msg`` as a peer message's plaintext: the head codec for a known kind, else an unknown
-    kind code followed by the fields (so the fuzz reaches the decoder past the head)."""
-    if isinstance(msg, dict) and isinstance(msg.get("t"), str) and msg["t"] in protocol.CODES:
-        return protocol.encode(msg)
-    rest = {k: v for k, v in msg.items() if k != "t"} if isinstance(msg, dict) else msg
-    return bytes([31]) + packed(rest)
 
 
 # -- a real daemon -------------------------------------------------------------------------------
