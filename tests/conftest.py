@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from replica import Replica
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C reaches the commands the tests start, even when the suite itself runs as a
+    background job: a shell starts those with SIGINT ignored, and a child inherits that
+    (Python then never raises KeyboardInterrupt). A handler here is reset to the default
+    in every child at exec."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pull(dst: Replica, src: Replica, budget: int = 64 * 1024) -> int:
