@@ -336,6 +336,7 @@ class Node:
         self._wake.set()
 
     def _gone(self, node_hex: str) -> None:
+        log.info("peer %s said goodbye: not contacted until it announces itself again", node_hex[:16])
         self.table.mark_gone(node_hex)
 
     def _other_fleet(self, seen: Sighting) -> None:

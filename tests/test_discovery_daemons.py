@@ -183,7 +183,8 @@ def test_departures_clean_stop_at_once_and_crash_after_failed_contacts(cluster: 
     for d in (watcher, crashed):  # listed as not reachable, or not listed at all
         left = next((p for p in d.peers() if p["node_id"] == polite.short_id), None)
         assert left is None or not left["reachable"], (d.name, left)
-        assert left is None or left["failures"] < FAIL_THRESHOLD, ("dropped by failed contacts, not its goodbye", left)
+        # its goodbye reached d (on a busy machine failed contacts may also have counted up first)
+        wait_for(lambda d=d: f"peer {polite.short_id} said goodbye" in d.log_text(), 10, f"{d.name} to hear the goodbye")
 
     crashed.proc.send_signal(signal.SIGKILL)
     killed = time.monotonic()
