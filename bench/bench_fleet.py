@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import json
 import os
 import statistics
 import sys
@@ -427,13 +428,34 @@ def rss_mb(pid: int) -> tuple[float, float]:
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
-async def mcp_checks(url: str, count: int) -> None:
+async def mcp_checks(url: str, count: int) -> dict[str, Any]:
+    """``count`` check_messages calls over MCP at ``url``; the last call's structured result."""
     from mcp import Client  # noqa: PLC0415 - only this figure needs the SDK
 
+    last: dict[str, Any] = {}
     async with Client(url) as client:
         for _ in range(count):
             result = await client.call_tool("check_messages", {"recipient": ROLE, "limit": 50})
             assert not result.is_error, result.content
+            last = result.structured_content or {}
+    return last
+
+
+async def floor_rss(root: Path, payload: dict[str, Any]) -> float:
+    """RSS (MB) of a bare MCP server over HTTP (``mcp_floor.py``: the same SDK and transport) after
+    the same ``RSS_CHECKS`` check_messages calls, each returning ``payload``."""
+    payload_file = root / "floor-payloads.json"
+    payload_file.write_text(json.dumps({"check_messages": payload}))
+    proc = await asyncio.create_subprocess_exec(sys.executable, str(Path(__file__).parent / "mcp_floor.py"),
+                                                str(payload_file), "http", stdout=asyncio.subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        port = int((await proc.stdout.readline()).decode())
+        await mcp_checks(f"http://127.0.0.1:{port}/mcp", RSS_CHECKS)
+        return rss_mb(proc.pid)[0]
+    finally:
+        proc.terminate()
+        await proc.wait()
 
 
 async def bench_memory(bench: Bench, sizes: Sizes) -> list[Figure]:
@@ -457,11 +479,14 @@ async def bench_memory(bench: Bench, sizes: Sizes) -> list[Figure]:
     with stopwatch() as caught:
         await wait_ops(bench, dst, want, 900)
     note(f"caught up {want:,} ops in {fmt(caught.seconds)} s; RSS then {fmt(rss_mb(pid)[0])} MB")
-    await mcp_checks(dst.info["mcp_url"], RSS_CHECKS)
+    payload = await mcp_checks(dst.info["mcp_url"], RSS_CHECKS)
     loaded, peak = rss_mb(pid)
     note(f"after {RSS_CHECKS:,} check_messages over MCP: RSS {fmt(loaded)} MB, peak {fmt(peak)} MB")
+    floor = await floor_rss(bench.fleet.root, payload)
+    note(f"floor: a bare MCP server (same SDK, HTTP) after the same {RSS_CHECKS:,} calls and payload: "
+         f"{fmt(floor)} MB; peerd's own part above it: {fmt(loaded - floor)} MB")
     figures.append(report(Figure(f"daemon RSS, {n:,} messages, after catch-up and {RSS_CHECKS:,} checks", loaded,
-                                 "MB", at_most(LOADED_RSS_MB), idle)))
+                                 "MB", at_most(LOADED_RSS_MB), floor)))
     src.stop()
     dst.stop()
     return figures

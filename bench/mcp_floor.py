@@ -59,6 +59,7 @@ def serve_http(server: MCPServer[Any]) -> None:
     sock = socket.socket()
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted sockets inherit it, as peerd sets it
     sock.bind(("127.0.0.1", 0))
+    sock.listen(128)  # connections made once the port is printed wait in the backlog until uvicorn accepts
     print(sock.getsockname()[1], flush=True)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     anyio.run(uvicorn.Server(config).serve, [sock])
