@@ -352,7 +352,9 @@ async def test_an_exception_from_a_peers_data_is_counted_shown_and_logged_once(
     assert "internal error: UnicodeError: label empty or too long" in (report["127.0.0.1:7201"]["last_error"] or "")
     assert report["127.0.0.1:7201"]["reachable"], "like a refused exchange, a failing one leaves the peer reachable"
     assert a.counters["peer_errors"] >= 4 and a.counters["internal_errors"] >= 4
-    assert [r for r in caplog.records if r.exc_info] == told, "logged once, not every loop"
+    # a logs once; b may log once of its own (its exchanges with a fail too while learn is patched)
+    logged = [r for r in caplog.records if r.exc_info]
+    assert logged[: len(told)] == told and len(logged) <= 2, "logged once per node, not every loop"
     monkeypatch.undo()
     rounds = a.counters["rounds"]
     await eventually(lambda: a.counters["rounds"] > rounds, 10, "gossip going on after the failures")

@@ -17,7 +17,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from replica.ids import receipt_id
 from tests.channels import data, pushed_client
-from tests.daemons import PEERD, Daemon, Fleet, wait_until
+from tests.daemons import PEERD, Daemon, Fleet, patience, wait_until
 from tests.test_wake import mcp_pid, peerd, watchers
 
 pytest_plugins = ["tests.daemons"]
@@ -151,7 +151,8 @@ async def test_sdk_client_on_http_gets_pushes_for_its_header_role(fleet: Fleet) 
     """An SDK client on /mcp with X-Peerd-Role gets its role's mail pushed, and only its role's."""
     d = fleet.add("d")
     await asyncio.to_thread(fleet.start, d)
-    async with httpx2.AsyncClient(headers={"X-Peerd-Role": "beta"}) as http, pushed_client(
+    # the first /mcp request waits for the daemon to load MCP: slow on a busy machine (httpx's default is 5 s)
+    async with httpx2.AsyncClient(headers={"X-Peerd-Role": "beta"}, timeout=patience(30)) as http, pushed_client(
             streamable_http_client(d.info["mcp_url"], http_client=http)) as (client, pushes):
         assert data(await client.call_tool("whoami", {}))["role"] == "beta"
         await asyncio.to_thread(d.send, "alpha", "gamma", "not mine")
