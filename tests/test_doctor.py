@@ -132,7 +132,7 @@ def test_a_healthy_fleet_node_has_nothing_to_fix(fleet: Fleet) -> None:
     text = run_doctor(b.home)
     assert text.returncode == 0 and "0 problem(s)" in text.stdout
     assert any(line.split()[:3] == ["ok", "seed", f"{a.addr}:"] for line in text.stdout.splitlines())
-    learned = doctor.run_checks(a.home, timeout=2)  # a has no seeds: b is a peer that reached it
+    learned = doctor.run_checks(a.home, timeout=patience(2))  # a has no seeds: b is a peer that reached it
     inbound = next(f for f in learned.findings if f.check == "peer")
     assert inbound.status == "ok" and b.short_id in inbound.detail and "found by inbound" in inbound.detail
     assert not learned.failed
@@ -294,7 +294,7 @@ def test_seeds_in_another_fleet_or_not_peerd_fail(fleet: Fleet, tmp_path: Path) 
     fleet.start()
     with fake_peer(None) as web:
         home = make_home(tmp_path, key=decode_fleet_key(fleet.key), seeds=(other.addr, mate.addr, web))
-        report = doctor.run_checks(home, timeout=2)
+        report = doctor.run_checks(home, timeout=patience(2))
     wrong = one(report, "seed", other.addr)
     assert wrong.status == "fail" and "another fleet" in wrong.detail and "peerd join" in (wrong.fix or "")
     stranger = one(report, "seed", web)
@@ -313,7 +313,7 @@ def test_clock_skew_against_a_peer_is_measured(tmp_path: Path, offset: float, st
     """A peer whose clock is off is reported ok, warn or fail by how far off it is."""
     key = new_fleet_key()
     with fake_peer(key, clock_offset=offset) as peer:
-        report = doctor.run_checks(make_home(tmp_path, key=key, seeds=(peer,)), timeout=2)
+        report = doctor.run_checks(make_home(tmp_path, key=key, seeds=(peer,)), timeout=patience(2))
     assert one(report, "seed", peer).status == "ok"
     f = one(report, "clock", peer)
     assert f.status == status and words in f.detail, f
@@ -325,7 +325,7 @@ def test_a_millisecond_clock_in_the_reply_wins_over_the_date_header(tmp_path: Pa
     key = new_fleet_key()
     behind_ms = int(time.time() * 1000) - 90_000
     with fake_peer(key, clock_offset=0.0, reply_clock_ms=behind_ms) as peer:
-        report = doctor.run_checks(make_home(tmp_path, key=key, seeds=(peer,)), timeout=2)
+        report = doctor.run_checks(make_home(tmp_path, key=key, seeds=(peer,)), timeout=patience(2))
     f = one(report, "clock", peer)
     assert f.status == "fail" and "behind ours" in f.detail
 

@@ -21,7 +21,7 @@ from peerd.indexer import keep_indexed
 from replica import Replica, open_home
 from replica import feed as feedmod
 from replica.feed import ANY_NAME, ChangeFeed, FileWatch, parse_events, touched
-from tests.daemons import read_only, wait_until
+from tests.daemons import patience, read_only, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 WRITER = """
@@ -186,7 +186,7 @@ async def test_wait_beyond_returns_at_once_when_the_mark_is_past(replica: Replic
     waiter = FeedWaiter(feed)
     mark = waiter.mark
     await asyncio.to_thread(replica.send_message, "a", "b", "early")
-    await asyncio.wait_for(waiter.wait_beyond(mark), 1)
+    await asyncio.wait_for(waiter.wait_beyond(mark), patience(1))
     assert waiter.waiting == 0
     waiter.close()
     feed.close()
@@ -207,5 +207,5 @@ async def test_indexer_indexes_what_lands_and_ends_on_close(replica: Replica) ->
     await asyncio.to_thread(wait_until, lambda: indexed_upto() >= sent.seq, 10, "the indexer to reach the message")
     assert not task.done()
     waiter.close()
-    await asyncio.wait_for(task, 5)
+    await asyncio.wait_for(task, patience(5))
     feed.close()

@@ -457,10 +457,10 @@ async def test_waiter_close_releases_waiters_and_a_waiting_call_returns(node: No
         await asyncio.sleep(0)  # the task runs up to its future (the call may or may not be parked yet: either way it ends)
         assert node.watcher.waiting >= 1 and not waiting.done()
         node.watcher.close()
-        await asyncio.wait_for(waiting, 5)
-        result = await asyncio.wait_for(call, 5)
+        await asyncio.wait_for(waiting, patience(5))
+        result = await asyncio.wait_for(call, patience(5))
         assert (result.structured_content or {})["messages"] == []
-        await asyncio.wait_for(node.watcher.wait_beyond(10**9), 1)
+        await asyncio.wait_for(node.watcher.wait_beyond(10**9), patience(1))
     assert node.replica.send_message("a", "b", "after close").seq > 0
 
 
