@@ -1,6 +1,7 @@
 """A bare MCP server: the floor of ``bench_mcp.py``.
 
-The same SDK (``MCPServer``) and transports as peerd, and tools with peerd's names whose
+The same SDK (``MCPServer``) and transports as peerd (over HTTP, JSON answers as peerd's
+``/mcp`` gives), and tools with peerd's names whose
 results are fixed payloads read from a JSON file (``{tool: structuredContent}``), returned as
 peerd returns them (JSON text and structured content). Nothing is looked up, validated
 beyond the SDK's own argument model, or written: what is left is the SDK's and the
@@ -55,7 +56,7 @@ def serve_http(server: MCPServer[Any]) -> None:
     from mcp.server.transport_security import TransportSecuritySettings  # noqa: PLC0415
 
     app = server.streamable_http_app(
-        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False), json_response=True)
     sock = socket.socket()
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted sockets inherit it, as peerd sets it
     sock.bind(("127.0.0.1", 0))

@@ -10,6 +10,10 @@ Invariants:
   session gets its mail pushed on its GET stream (``mcp_server.channel``;
   ``StreamWatch`` sees the stream open and close); sessions stay stateful,
   since a stateless one has no stream to push on.
+* Each POST is answered with one JSON body, never an SSE stream: a result carrying a
+  largest message (900,000 bytes, up to 6x that once escaped) must reach clients that
+  cap one server-sent event (the MCP SDK's HTTP client: 1 MiB). Pushes travel on the
+  session's GET stream, so a JSON answer loses nothing peerd sends.
 * Request bodies are capped at ``ops.MAX_JSON_REQUEST_BYTES``, the same limit
   as the local server's, so a largest message (900,000 bytes) always fits.
 * The app's ASGI lifespan runs the MCP session manager: its host runs the
@@ -41,6 +45,7 @@ def http_app(replica: ReplicaSource, *, waiter: Waiter, fleet_id: FleetIdProvide
         streamable_http_path=path,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         max_request_body_size=MAX_JSON_REQUEST_BYTES,
+        json_response=True,
     )
     return StreamWatch(app, hub)
 

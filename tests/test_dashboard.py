@@ -194,7 +194,7 @@ def test_dashboard_shows_a_catch_up_in_progress(fleet: Fleet, page: Page) -> Non
     assert text.startswith(f"Catching up from {a.addr}: ") and "ops/s" in text
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-catchup.png"))
-    page.locator("#catchup").wait_for(state="hidden", timeout=60_000)
+    page.locator("#catchup").wait_for(state="hidden", timeout=patience(60) * 1000)
     assert b.status()["totals"]["messages"] == BACKLOG
 
 

@@ -23,6 +23,7 @@ from mcp_server.__main__ import parse_args
 from peerd.local import LocalServer, build_app, mcp_builder
 from replica import Replica, open_home
 from replica.feed import ChangeFeed
+from replica.ops import MAX_CONTENT_BYTES
 from tests.waiting import patience
 
 REPO = Path(__file__).resolve().parent.parent
@@ -165,10 +166,15 @@ async def test_http_binds_sessions_by_query_and_by_headers(replica: Replica) -> 
 
 
 async def test_http_legacy_handshake_clients_work(replica: Replica) -> None:
-    """A client on the initialize handshake (session ids, SSE) gets the tools and its binding."""
+    """A client on the initialize handshake (session ids) gets the tools and its binding, and reads a
+    largest message: answers are one JSON body, never an SSE event over the SDK client's 1 MiB cap."""
+    largest = "\x01" * MAX_CONTENT_BYTES  # escaped in JSON: 6 bytes each
     async with http_server(replica) as server, Client(f"{server.mcp_url}?role=gamma", mode="legacy") as c:
         assert c.protocol_version < "2026"
         assert data(await c.call_tool("whoami", {}))["role"] == "gamma"
+        await c.call_tool("send_message", {"from": "alpha", "channel": "gamma", "content": largest})
+        page = data(await c.call_tool("check_messages", {}))
+        assert [m["content"] for m in page["messages"]] == [largest]
 
 
 @pytest.mark.parametrize(
