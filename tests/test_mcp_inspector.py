@@ -20,6 +20,7 @@ from mcp_server import TOOLS, FeedWaiter
 from peerd.local import LocalServer, build_app, mcp_builder
 from replica import open_home
 from replica.feed import ChangeFeed
+from tests.waiting import patience
 
 REPO = Path(__file__).resolve().parent.parent
 INSPECTOR_DIR = REPO / "tools" / "inspector"
@@ -52,10 +53,11 @@ def inspector_env(tmp_path: Path) -> dict[str, str]:
 
 async def inspect(env: dict[str, str], *args: str) -> Run:
     proc = await asyncio.create_subprocess_exec(
-        str(NODE), str(LAUNCHER), "--cli", "--format", "json", "-q", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, cwd=REPO,
+        str(NODE), str(LAUNCHER), "--cli", "--format", "json", "-q",
+        "--connect-timeout", str(int(patience(15) * 1000)),  # the Inspector's default, stretched on a busy machine
+        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, cwd=REPO,
     )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=patience(60))
     assert proc.returncode is not None
     return Run(proc.returncode, out.decode(), err.decode())
 
