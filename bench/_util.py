@@ -9,11 +9,14 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import math
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 PASS = "PASS"
 MISS = "MISS"
@@ -175,3 +178,16 @@ def print_summary(figures: Sequence[Figure]) -> int:
     targeted = sum(1 for f in figures if f.target is not None)
     print(f"\n{targeted - len(misses)} of {targeted} targets met" + (f", {len(misses)} MISS" if misses else ""))
     return len(misses)
+
+
+FLOOR = Path(__file__).resolve().parent / "mcp_floor.py"
+"""The bare MCP server the MCP figures are measured against."""
+
+
+async def floor_http(payload_file: Path) -> tuple[asyncio.subprocess.Process, str]:
+    """Start ``mcp_floor.py`` over HTTP with ``payload_file``; its process and MCP URL, once it listens."""
+    proc = await asyncio.create_subprocess_exec(sys.executable, str(FLOOR), str(payload_file), "http",
+                                                stdout=asyncio.subprocess.PIPE)
+    assert proc.stdout is not None
+    port = int((await proc.stdout.readline()).decode())
+    return proc, f"http://127.0.0.1:{port}/mcp"

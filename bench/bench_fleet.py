@@ -52,7 +52,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from _util import Figure, at_most, fmt, note, percentile, print_summary, report, section, stopwatch  # noqa: E402
+from _util import Figure, at_most, floor_http, fmt, note, percentile, print_summary, report, section, stopwatch  # noqa: E402
 from sim import apply_in_batches, workload  # noqa: E402
 
 from peerd.config import encode_fleet_key, new_fleet_key  # noqa: E402
@@ -446,12 +446,9 @@ async def floor_rss(root: Path, payload: dict[str, Any]) -> float:
     the same ``RSS_CHECKS`` check_messages calls, each returning ``payload``."""
     payload_file = root / "floor-payloads.json"
     payload_file.write_text(json.dumps({"check_messages": payload}))
-    proc = await asyncio.create_subprocess_exec(sys.executable, str(Path(__file__).parent / "mcp_floor.py"),
-                                                str(payload_file), "http", stdout=asyncio.subprocess.PIPE)
+    proc, url = await floor_http(payload_file)
     try:
-        assert proc.stdout is not None
-        port = int((await proc.stdout.readline()).decode())
-        await mcp_checks(f"http://127.0.0.1:{port}/mcp", RSS_CHECKS)
+        await mcp_checks(url, RSS_CHECKS)
         return rss_mb(proc.pid)[0]
     finally:
         proc.terminate()

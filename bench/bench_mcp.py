@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from _util import Figure, at_most, note, percentile, print_summary, report, section  # noqa: E402
+from _util import FLOOR, Figure, at_most, floor_http, note, percentile, print_summary, report, section  # noqa: E402
 from mcp import Client, StdioServerParameters  # noqa: E402
 from mcp.types import CallToolResult  # noqa: E402
 from sim import apply_in_batches, workload  # noqa: E402
@@ -53,7 +53,6 @@ def build_home(home: Path, messages: int) -> float:
     return time.perf_counter() - started
 
 
-FLOOR = Path(__file__).resolve().parent / "mcp_floor.py"
 FLOOR_RATIO = 1.5  # target: peerd's p50 within this of the floor's
 BLOCK = 25  # calls per block; peerd and the floor alternate blocks
 STORED, FETCH, THREAD_MSGS, PROFILES = 1_000, 50, 100, 20
@@ -124,14 +123,6 @@ def floor_figures(label: str, lat: dict[str, list[list[float]]]) -> list[Figure]
         figs.append(report(Figure(f"{name} p50", percentile(ours, 50), "ms", at_most(FLOOR_RATIO * f50), f50)))
         figs.append(report(Figure(f"{name} p99", percentile(ours, 99), "ms", None, f99)))
     return figs
-
-
-async def floor_http(payload_file: Path) -> tuple[asyncio.subprocess.Process, str]:
-    proc = await asyncio.create_subprocess_exec(sys.executable, str(FLOOR), str(payload_file), "http",
-                                                stdout=asyncio.subprocess.PIPE)
-    assert proc.stdout is not None
-    port = int((await proc.stdout.readline()).decode())
-    return proc, f"http://127.0.0.1:{port}/mcp"
 
 
 async def run_floors(root: Path, count: int) -> list[Figure]:
