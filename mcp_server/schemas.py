@@ -587,8 +587,9 @@ def output_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _shallow_lists(schema: dict[str, Any]) -> dict[str, Any]:
-    """``schema`` with each top-level list of objects reduced to ``{"type": "object"}`` items whose
-    description names their fields: what a client checks per item drops from every field to one type."""
+    """``schema`` with each top-level list of objects published without an ``items`` schema, its
+    description naming the items' fields instead: a client that checks results against the schema
+    (the SDK's does, on every call) then checks the list's type once instead of walking every item."""
     props = {name: _shallow_items(prop) for name, prop in schema.get("properties", {}).items()}
     return {**schema, "properties": props} if props else schema
 
@@ -597,8 +598,10 @@ def _shallow_items(prop: dict[str, Any]) -> dict[str, Any]:
     items = prop.get("items")
     if prop.get("type") != "array" or not isinstance(items, dict) or "properties" not in items:
         return prop
-    fields = ", ".join(items["properties"])
-    return {**prop, "items": {"type": "object", "description": f"Each with the fields {fields}."}}
+    said = f"Objects, each with the fields {', '.join(items['properties'])}."
+    told = prop.get("description")
+    rest = {k: v for k, v in prop.items() if k not in ("items", "description")}
+    return {"description": f"{told} {said}" if told else said, **rest}
 
 
 def _inline(schema: Any, defs: dict[str, Any]) -> Any:

@@ -17,6 +17,8 @@ Invariants:
 * ``FileWatch`` sleeps in the kernel: inotify on the replica's folder where
   the platform has it, so an idle process costs nothing; elsewhere it reads
   SQLite's ``data_version`` every ``POLL_INTERVAL`` on its own connection.
+  After a file event it lets the writer's burst finish (``GATHER_S``) before it
+  looks, so one commit costs one wake-up and one look, not one per WAL frame.
 * No asyncio here: the asyncio side (awaitable waits) lives with the hosts.
 """
 
@@ -26,6 +28,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import select
 import selectors
 import sqlite3
 import struct
@@ -48,6 +51,11 @@ POLL_INTERVAL = 0.025  # only where there is no inotify
 # between on a busy machine is covered for most of a second). A new event cuts a pause short;
 # an event whose commit never shows (a spilled cache rolled back) costs a few looks, no more.
 SETTLE_PAUSES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+# A commit writes its WAL frames one write() each, and each raises an event: after the first
+# event, let the burst finish before the first look. The kernel folds the repeats meanwhile, so a
+# commit costs one wake-up and one look instead of one of each per frame (this process's own
+# commits among them: they reach the feed through the replica's listener, but raise events too).
+GATHER_S = 0.001
 
 _IN_MODIFY = 0x002
 _IN_MOVED_TO = 0x080
@@ -210,6 +218,18 @@ class _Wakeups:
                 names |= parse_events(os.read(self._fd, 65536))
         return names
 
+    def gather(self, delay: float) -> set[str] | None:
+        """The names changed in the next ``delay`` s, read once at its end (so repeats of one
+        event are folded by the kernel); None once stopped."""
+        if self._stop_r in select.select([self._stop_r], [], [], delay)[0]:
+            return None
+        names: set[str] = set()
+        if self._fd is not None:
+            with contextlib.suppress(BlockingIOError):
+                while True:
+                    names |= parse_events(os.read(self._fd, 65536))
+        return names
+
     def _changed_also(self) -> set[str]:
         out = set()
         for name in self._also:
@@ -294,6 +314,10 @@ class FileWatch:
             feed.advance(reader.mark())
             pauses: list[float] = []  # while a commit is expected: how long to wait before each next look
             while (names := wakeups.wait(pauses.pop(0) if pauses else None)) is not None:
+                if wakeups.evented and touched(names, self._db_names):
+                    if (more := wakeups.gather(GATHER_S)) is None:
+                        break
+                    names |= more
                 for name in touched(names, self._also):
                     self._also[name]()
                 if touched(names, self._db_names):

@@ -52,7 +52,7 @@ from replica.stamps import session_day
 BUSY_TIMEOUT_MS = 30_000
 
 
-CACHE_KIB = 8192  # page cache per connection (8 MiB): hot indexes fit; a daemon holds several connections
+CACHE_KIB = 2048  # page cache per connection (2 MiB): hot index pages fit; the OS page cache holds the rest
 
 
 class Store:
