@@ -1,4 +1,5 @@
-"""The daemon's resident memory: glibc's malloc told to keep few arenas.
+"""The daemon's resident memory: glibc's malloc told to keep few arenas, and to give back what a
+catch-up freed.
 
 Invariants:
 * Linux with glibc only: elsewhere (another libc, another OS) every function does nothing and
@@ -7,6 +8,9 @@ Invariants:
   a busy arena one of its own (up to 8 per CPU), and each keeps the pages it once used. A
   daemon's worker threads (``asyncio.to_thread``, the change feed, uvicorn) would otherwise
   each hold megabytes that nothing returns.
+* ``trim`` returns to the system the free pages malloc keeps, in every arena: a long catch-up
+  frees pages of ops and pages of SQLite's cache that malloc would otherwise keep for reuse.
+  It walks the arenas under their locks: call it off the event loop, after work, not per op.
 """
 
 from __future__ import annotations
@@ -37,3 +41,9 @@ def limit_arenas(arenas: int = ARENAS) -> bool:
     libc = _glibc()
     return libc is not None and bool(libc.mallopt(ctypes.c_int(M_ARENA_MAX), ctypes.c_int(arenas)))
 
+
+
+def trim() -> bool:
+    """Give malloc's free pages back to the system (``malloc_trim(0)``); True if any went back."""
+    libc = _glibc()
+    return libc is not None and bool(libc.malloc_trim(ctypes.c_size_t(0)))

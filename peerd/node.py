@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 from discovery import DiscoverySource, PeerCandidate, SeedError, SeedSource, parse_seed
 from discovery.source import Sighting
 from mcp_server.waiter import FeedWaiter
-from peerd import keyring, lan, protocol
+from peerd import keyring, lan, memory, protocol
 from peerd.config import DEFAULT_PORT, Config, fleet_id, new_fleet_key
 from peerd.errors import PeerError, SealError
 from peerd.indexer import keep_indexed
@@ -74,6 +74,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("peerd.node")
 
 PUSH_BATCH = 500
+TRIM_AFTER_PULLED = 5_000  # ops pulled in one round after which freed memory goes back to the system
 OUTBOX_LIMIT = 5000
 EXCHANGE_EVERY = 5
 MIN_ROUND_GAP = 0.1
@@ -562,6 +563,8 @@ class Node:
             self.seeds.report_success(peer.host, peer.port)
         self._recovered(peer.addr, "sync")
         self._after_round(peer, result)
+        if result.pulled >= TRIM_AFTER_PULLED:
+            await asyncio.to_thread(memory.trim)  # a big pull leaves freed pages in malloc (peerd.memory)
         return result
 
     async def _our_vector(self) -> dict[bytes, int]:
