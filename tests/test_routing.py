@@ -288,6 +288,19 @@ def test_recipient_check_names_roles_never_seen_and_suggests_known_ones(mem: Rep
         mem.recipient_check(" ")
 
 
+def test_hint_puts_close_spellings_first_and_follows_what_is_known() -> None:
+    """The hint is remembered, but per question: a role that becomes known changes the answer, and
+    the cap holds."""
+    known = ["coder", "planner", "reviewer"]
+    assert firstseen.hint(["revewer"], known) == ["reviewer", "coder", "planner"]
+    assert firstseen.hint(["revewer"], known) == ["reviewer", "coder", "planner"]  # asked again
+    assert firstseen.hint(["revewer"], ["coder", "planner", "reveiwer", "reviewer"])[:2] == ["reviewer", "reveiwer"]
+    assert firstseen.hint(["x"], [f"r{i}" for i in range(80)], cap=5) == ["r0", "r1", "r2", "r3", "r4"]
+    out = firstseen.hint(["revewer"], known)
+    out.append("mutated")  # a caller's list is its own: the remembered answer is not changed
+    assert firstseen.hint(["revewer"], known) == ["reviewer", "coder", "planner"]
+
+
 def test_an_instance_address_of_a_known_role_is_not_an_unknown_recipient(mem: Replica) -> None:
     """"sigma-vps" names an instance of a role this replica knows: no typo warning; "sigmx-vps" gets one."""
     mem.update_profile("Sigma", name="Sigma")
