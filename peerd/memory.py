@@ -42,7 +42,6 @@ def limit_arenas(arenas: int = ARENAS) -> bool:
     return libc is not None and bool(libc.mallopt(ctypes.c_int(M_ARENA_MAX), ctypes.c_int(arenas)))
 
 
-
 def trim() -> bool:
     """Give malloc's free pages back to the system (``malloc_trim(0)``); True if any went back."""
     libc = _glibc()
