@@ -64,6 +64,7 @@ SENDER = "bench-writer"
 PAGE_OPS = 1_000  # ops per apply when filling A (about one 256 KiB page)
 SPREAD_TIMEOUT = 60.0
 SETTLE_TIMEOUT = 30.0
+SHARED_ADDRESS_CAP = 256  # connections per address on each peer port: the whole fleet comes from 127.0.0.1
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,15 @@ def _tracing() -> aiohttp.TraceConfig:
     return trace
 
 
+def share_one_address(d: Daemon) -> None:
+    """Let ``d`` take every other daemon of the benchmark from one address: they all connect from
+    127.0.0.1, where machines of a real fleet would each have their own (the per-address cap of the
+    peer port, 32 by default, would refuse a fleet of 32 on one address)."""
+    cfg = d.home / "config.toml"
+    lines = [x for x in cfg.read_text().splitlines() if not x.startswith("peer_connections_per_address")]
+    cfg.write_text("\n".join([*lines, f"peer_connections_per_address = {SHARED_ADDRESS_CAP}", ""]))
+
+
 class Bench:
     """Daemons of one fleet (the test harness's ``Fleet``) and an HTTP client for their local APIs."""
 
@@ -118,7 +128,11 @@ class Bench:
     async def start(self, group: Sequence[Daemon], batch: int) -> None:
         """Start ``group`` in order, ``batch`` at a time (each batch ready before the next)."""
         for i in range(0, len(group), batch):
-            await asyncio.to_thread(self.fleet.start, *group[i : i + batch])
+            part = group[i : i + batch]
+            await asyncio.to_thread(self.fleet.init, part)
+            for d in part:
+                share_one_address(d)
+            await asyncio.to_thread(self.fleet.start, *part)
 
     async def api(self, d: Daemon, method: str, path: str, body: Any = None, *, fresh: bool = False,
                   sent: asyncio.Event | None = None) -> Any:

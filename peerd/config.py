@@ -38,6 +38,7 @@ from discovery.seeds import parse_seed as discovery_parse_seed
 from discovery.source import SeedError
 from peerd.errors import ConfigError
 from peerd.home import atomic_write, config_path, create_exclusive, ensure_home, node_key_path
+from peerd.limits import PEER_CONNECTIONS, PEER_PER_SOURCE
 from replica import PeerdError, identity
 from replica.ops import MAX_CONTENT_BYTES, MAX_OP_BYTES
 
@@ -83,6 +84,9 @@ class Config:
     """Upper bound the interval backs off to while rounds find nothing new."""
     push_fanout: int = 3
     """Live peers a new local op is pushed to at once (0 disables push on write)."""
+    peer_connections_per_address: int = PEER_PER_SOURCE
+    """Connections one address may hold open on the peer port (more are refused): a few nodes
+    behind one NAT fit the default; raise it when many nodes share one address."""
     max_body_bytes: int = 4 * MiB
     """Largest peer request or response body accepted."""
     page_bytes: int = MiB
@@ -205,6 +209,7 @@ def _check(cfg: Config) -> None:
     _check_mdns_interfaces(cfg)
     _check_intervals(cfg)
     _check_int("push_fanout", cfg.push_fanout, 0, 1000)
+    _check_int("peer_connections_per_address", cfg.peer_connections_per_address, 1, PEER_CONNECTIONS)
     _check_sizes(cfg)
     _check_int("broadcast_history_days", cfg.broadcast_history_days, 0, MAX_HISTORY_DAYS)
     _check_previous(cfg)
@@ -402,6 +407,8 @@ def render_config(cfg: Config) -> str:
         f"gossip_max_interval = {cfg.gossip_max_interval!r}",
         "# Live peers a new message is pushed to at once.",
         f"push_fanout = {cfg.push_fanout}",
+        "# Connections one address may hold open on the peer port.",
+        f"peer_connections_per_address = {cfg.peer_connections_per_address}",
         "",
         "# Size limits in bytes.",
         f"max_body_bytes = {cfg.max_body_bytes}",

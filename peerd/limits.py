@@ -53,10 +53,11 @@ def connection_cap(soft_nofile: int, ceiling: int) -> int:
     return max(MIN_CAP, min(ceiling, soft_nofile // 4))
 
 
-def peer_caps(soft_nofile: int) -> tuple[int, int]:
-    """(total, per source) connection caps of the peer port under this open-file limit."""
+def peer_caps(soft_nofile: int, per_source: int = PEER_PER_SOURCE) -> tuple[int, int]:
+    """(total, per source) connection caps of the peer port under this open-file limit, the
+    per-source one at most ``per_source`` (config: ``peer_connections_per_address``)."""
     total = connection_cap(soft_nofile, PEER_CONNECTIONS)
-    return total, max(1, min(PEER_PER_SOURCE, total // 4))
+    return total, max(1, min(per_source, total // 4))
 
 
 @dataclass

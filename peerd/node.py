@@ -100,7 +100,7 @@ def clip(text: str, limit: int = LOG_TEXT_MAX) -> str:
 def http_transport(cfg: Config) -> HttpTransport:
     """The daemon's transport: aiohttp, with the peer protocol's time and size limits."""
     return HttpTransport(max_body=cfg.max_body_bytes, total=REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT,
-                         read=READ_TIMEOUT)
+                         read=READ_TIMEOUT, per_source=cfg.peer_connections_per_address)
 
 
 class Node:

@@ -49,7 +49,7 @@ from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestPayloadError
 
 from peerd.errors import DaemonError, TransportError
-from peerd.limits import Gate, open_file_limit, peer_caps
+from peerd.limits import PEER_PER_SOURCE, Gate, open_file_limit, peer_caps
 
 PATH = "/v1"
 JOIN_PATH = "/v1/join"
@@ -106,8 +106,8 @@ class ServeLimits:
     body_timeout: float = BODY_TIMEOUT
 
     @classmethod
-    def for_open_files(cls, soft_nofile: int | None = None) -> ServeLimits:
-        total, per_source = peer_caps(open_file_limit() if soft_nofile is None else soft_nofile)
+    def for_open_files(cls, soft_nofile: int | None = None, per_source: int = PEER_PER_SOURCE) -> ServeLimits:
+        total, per_source = peer_caps(open_file_limit() if soft_nofile is None else soft_nofile, per_source)
         return cls(total, per_source)
 
 
@@ -208,16 +208,20 @@ class HttpTransport:
     """aiohttp on both sides: a server on the peer port and a keep-alive client."""
 
     def __init__(self, *, max_body: int, total: float, connect: float | None = None,
-                 read: float | None = None, limits: ServeLimits | None = None) -> None:
+                 read: float | None = None, limits: ServeLimits | None = None,
+                 per_source: int = PEER_PER_SOURCE) -> None:
+        """``limits`` of the peer port, or (None) sized from the open-file limit when it starts
+        listening, with at most ``per_source`` connections per address."""
         self.max_body = max_body
         self.limits = limits
+        self.per_source = per_source
         self._timeout = aiohttp.ClientTimeout(total=total, connect=connect, sock_read=read)
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
         self.gate: Gate | None = None
 
     async def listen(self, server: Server, host: str, port: int) -> int:
-        limits = self.limits = self.limits or ServeLimits.for_open_files()
+        limits = self.limits = self.limits or ServeLimits.for_open_files(per_source=self.per_source)
         app = web.Application(client_max_size=self.max_body,
                               middlewares=[bounded_body(server.refuse, self.max_body, limits.body_timeout)])
         app.router.add_post(PATH, self._handler(server))

@@ -213,3 +213,23 @@ def test_limits_follow_the_open_file_limit() -> None:
     """At 1,024 open files the peer port holds 256 connections, 32 per address; at 100, 25 and 6."""
     assert ServeLimits.for_open_files(1024) == ServeLimits(256, 32)
     assert ServeLimits.for_open_files(100) == ServeLimits(25, 6)
+    # peer_connections_per_address sets the per-address cap, still within a quarter of the total
+    assert ServeLimits.for_open_files(1024, per_source=8) == ServeLimits(256, 8)
+    assert ServeLimits.for_open_files(1024, per_source=500) == ServeLimits(256, 64)
+
+
+async def test_the_per_address_cap_comes_from_the_config() -> None:
+    """A transport made with per_source=3 (the daemon passes peer_connections_per_address) holds
+    three connections from one address and closes the fourth unanswered."""
+    http = HttpTransport(max_body=1000, total=5, per_source=3)
+    rec = Recorder()
+    port = await http.listen(rec, "127.0.0.1", 0)
+    try:
+        assert http.limits is not None and http.limits.per_source == 3
+        with held(port, ["127.0.0.2"] * 3):
+            await admitted(http, 3)
+            with connect(port, "127.0.0.2") as fourth:
+                assert await asyncio.to_thread(read_all, fourth) == b""
+            assert rec.refused == [("127.0.0.2", "too many connections from this address")]
+    finally:
+        await http.close()
