@@ -210,19 +210,17 @@ class _Wakeups:
             return None
         if self._fd is None:
             return self._db_names | self._changed_also()
-        names: set[str] = set()
-        if not ready:
-            return names
-        with contextlib.suppress(BlockingIOError):
-            while True:
-                names |= parse_events(os.read(self._fd, 65536))
-        return names
+        return self._drain() if ready else set()
 
     def gather(self, delay: float) -> set[str] | None:
         """The names changed in the next ``delay`` s, read once at its end (so repeats of one
         event are folded by the kernel); None once stopped."""
         if self._stop_r in select.select([self._stop_r], [], [], delay)[0]:
             return None
+        return self._drain()
+
+    def _drain(self) -> set[str]:
+        """The names in every inotify event queued now (none without inotify)."""
         names: set[str] = set()
         if self._fd is not None:
             with contextlib.suppress(BlockingIOError):
