@@ -7,14 +7,19 @@ Invariants:
   (sanitised, at most 63 bytes), so it is unique per node and stable
   across restarts.
 - The TXT record carries the keys ``node``, ``fleet``, ``proto`` and
-  ``port``, and ``name`` (the node's name, for people) when there is one;
+  ``port``, ``protos`` (every wire version spoken, ``2,3``; ``proto`` is the
+  oldest of them, which the first release compares for equality, so it
+  accepts a node that still speaks its version) and ``name`` (the node's
+  name, for people) when there is one;
   each ``key=value`` string fits the 255-byte TXT limit. A missing or
   unusable ``name`` reads as none (older nodes send none).
   The fleet id is derived from the fleet key by the daemon and is never
   the key itself.
 - An advert is accepted only if it decodes, is not our own node id, has our
   fleet id (or one of the ``also`` ids a daemon names: its fleet's previous
-  ids, while members catch up with a key rotation) and our protocol version.
+  ids, while members catch up with a key rotation) and a protocol version in
+  common with ours (``protos``, or ``proto`` alone from a node that sends no
+  ``protos``); a malformed ``protos`` reads as none.
   An advert of another fleet is ``other-fleet``: the daemon reports it to
   people (another fleet on this LAN), never syncs with it.
 """
@@ -44,6 +49,8 @@ __all__ = [
 
 SERVICE_TYPE = "_peerd._tcp.local."
 TXT_NODE, TXT_FLEET, TXT_PROTO, TXT_PORT, TXT_NAME = "node", "fleet", "proto", "port", "name"
+TXT_PROTOS = "protos"
+MAX_PROTOCOL = 30
 MAX_NAME_CHARS = 64
 _MAX_TXT_ENTRY = 255
 _MAX_LABEL = 63
@@ -59,9 +66,13 @@ class Advert:
 
     node_id: str
     fleet_id: str
-    protocol_version: int
+    protocol_version: int  # the oldest wire version the node speaks
     port: int
     name: str | None = None
+    protocols: tuple[int, ...] = ()  # every version it speaks (empty: ``protocol_version`` alone)
+
+    def spoken(self) -> frozenset[int]:
+        return frozenset(self.protocols) or frozenset({self.protocol_version})
 
 
 def advert_name(name: str | None) -> str | None:
@@ -81,8 +92,9 @@ def encode_txt(advert: Advert) -> dict[str, str]:
     """TXT properties for ``advert``; ``AdvertError`` if a value cannot be advertised."""
     _check_text("node id", advert.node_id)
     _check_text("fleet id", advert.fleet_id)
-    if advert.protocol_version < 0:
-        raise AdvertError(f"protocol version must be >= 0, got {advert.protocol_version}")
+    if advert.protocol_version < 0 or any(not 0 <= v <= MAX_PROTOCOL for v in advert.protocols):
+        raise AdvertError(f"protocol versions must be 0..{MAX_PROTOCOL}, got {advert.protocol_version}, "
+                          f"{advert.protocols}")
     if not 1 <= advert.port <= 65535:
         raise AdvertError(f"port must be 1..65535, got {advert.port}")
     txt = {
@@ -91,6 +103,8 @@ def encode_txt(advert: Advert) -> dict[str, str]:
         TXT_PROTO: str(advert.protocol_version),
         TXT_PORT: str(advert.port),
     }
+    if advert.protocols:
+        txt[TXT_PROTOS] = ",".join(map(str, sorted(advert.protocols)))
     name = advert_name(advert.name)
     if name is not None:
         txt[TXT_NAME] = name
@@ -128,7 +142,18 @@ def decode_txt(props: Mapping[bytes, bytes | None]) -> Advert:
         protocol_version=_number(props, TXT_PROTO, 0, 2**31),
         port=_number(props, TXT_PORT, 1, 65535),
         name=_optional_name(props),
+        protocols=_optional_protocols(props),
     )
+
+
+def _optional_protocols(props: Mapping[bytes, bytes | None]) -> tuple[int, ...]:
+    raw = props.get(TXT_PROTOS.encode())
+    try:
+        parts = raw.decode().split(",") if raw else []
+        out = tuple(sorted({int(p) for p in parts}))
+    except (UnicodeDecodeError, ValueError):
+        return ()
+    return out if all(0 <= v <= MAX_PROTOCOL for v in out) else ()
 
 
 def _optional_name(props: Mapping[bytes, bytes | None]) -> str | None:
@@ -140,14 +165,15 @@ def _optional_name(props: Mapping[bytes, bytes | None]) -> str | None:
 
 
 def judge_advert(
-    advert: Advert, *, own_node_id: str, fleet_id: str, protocol_version: int, also: Collection[str] = ()
+    advert: Advert, *, own_node_id: str, fleet_id: str, protocol_versions: Collection[int],
+    also: Collection[str] = (),
 ) -> Verdict:
     """Decide whether a decoded advert is a peer of ours (``"accept"``) or why not."""
     if advert.node_id == own_node_id:
         return "self"
     if advert.fleet_id != fleet_id and advert.fleet_id not in also:
         return "other-fleet"
-    if advert.protocol_version != protocol_version:
+    if not advert.spoken() & set(protocol_versions):
         return "other-version"
     return "accept"
 

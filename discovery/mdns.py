@@ -3,7 +3,9 @@
 Invariants:
 - Advertises ``peerd-<node id>._peerd._tcp.local.`` with the TXT fields of
   ``discovery.advert``; browses the same type and hands over only adverts
-  of our fleet id and protocol version that are not our own node.
+  of our fleet id and a protocol version in common that are not our own node.
+  An advert of our fleet with no version in common goes to ``other_version``
+  (when given) once per advert and version list, never to ``found``.
 - Browsing starts before our own registration (which probes the network for
   about 1.2 s), so peers already on the LAN are found in a fraction of that.
 - Never raises for network conditions: a port-5353 conflict, no usable
@@ -125,7 +127,7 @@ class MdnsSource:
         node_id: str,
         fleet_id: str,
         port: int,
-        protocol_version: int,
+        protocol_versions: Sequence[int],
         interfaces: InterfaceChoice = "all",
         *,
         poll_interval: float = 5.0,
@@ -134,12 +136,17 @@ class MdnsSource:
         also: Sequence[str] = (),
         other: SightingCallback | None = None,
         other_gone: GoneCallback | None = None,
+        other_version: FoundCallback | None = None,
     ) -> None:
         if not poll_interval > 0:
             raise ValueError(f"poll_interval must be > 0, got {poll_interval}")
-        self._advert = Advert(node_id, fleet_id, protocol_version, port, name)
+        if not protocol_versions:
+            raise ValueError("protocol_versions must name at least one version")
+        self._advert = Advert(node_id, fleet_id, min(protocol_versions), port, name,
+                              tuple(sorted(set(protocol_versions))))
         self._also = tuple(also)
-        self._other, self._other_gone = other, other_gone
+        self._other, self._other_gone, self._other_version = other, other_gone, other_version
+        self._told_version: set[tuple[str, tuple[int, ...]]] = set()
         self._others: dict[str, Sighting] = {}
         self._txt = encode_txt(self._advert)  # AdvertError (a ValueError) on bad values
         label = instance_label(node_id)
@@ -205,7 +212,7 @@ class MdnsSource:
         """Advertise ``fleet_id`` from now on, accept adverts of it and of ``also``, and judge
         every advert in view again (a key rotation changes the fleet id)."""
         advert = Advert(self._advert.node_id, fleet_id, self._advert.protocol_version, self._advert.port,
-                        self._advert.name)
+                        self._advert.name, self._advert.protocols)
         self._txt = encode_txt(advert)
         self._advert, self._also = advert, tuple(also)
         if self._zc is not None and self._info is not None:
@@ -468,7 +475,7 @@ class MdnsSource:
             advert,
             own_node_id=self._advert.node_id,
             fleet_id=self._advert.fleet_id,
-            protocol_version=self._advert.protocol_version,
+            protocol_versions=self._advert.spoken(),
             also=self._also,
         )
         # Sorted: mDNS caches hold records unordered; a stable order avoids spurious re-finds.
@@ -479,7 +486,13 @@ class MdnsSource:
             source="mdns",
             node_id=advert.node_id,
             addresses=addresses,
+            wire=tuple(sorted(advert.spoken())),
         )
+        if verdict == "other-version" and candidate is not None and self._other_version is not None:
+            told = (name, candidate.wire)  # once per advert and version list: re-resolving says it again
+            if told not in self._told_version:
+                self._told_version.add(told)
+                call_safely(log, self._other_version, candidate)
         if verdict == "other-fleet" and candidate is not None:
             self._update_other(name, Sighting(candidate, advert.fleet_id, advert.name))
         else:

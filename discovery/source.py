@@ -56,7 +56,8 @@ class PeerCandidate:
     the host exactly as the user wrote it (name or IP literal) for seeds.
     ``addresses`` are the IP addresses known for it right now (resolved for
     seeds, advertised for mDNS); empty when unknown. ``node_id`` is set when
-    the source learnt it (mDNS adverts carry it; seeds do not).
+    the source learnt it (mDNS adverts carry it; seeds do not), and so is
+    ``wire``, the protocol versions it advertises.
     """
 
     host: str
@@ -64,6 +65,7 @@ class PeerCandidate:
     source: CandidateSource
     node_id: str | None = None
     addresses: tuple[str, ...] = ()
+    wire: tuple[int, ...] = ()  # the wire versions it advertises (empty: not known)
 
     def __post_init__(self) -> None:
         if not 1 <= self.port <= 65535:

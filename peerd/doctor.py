@@ -191,8 +191,15 @@ def check_replica(home: Path) -> Finding:
         return Finding("replica", FAIL, str(path), f"cannot be read as a replica: {exc}", fix)
     if found.result != "ok":
         return Finding("replica", FAIL, str(path), f"damaged: {found.result[:200]}", fix)
-    return Finding("replica", OK, str(path), f"intact; {found.messages:,} message{'' if found.messages == 1 else 's'}, "
-                   f"{found.ops:,} op{'' if found.ops == 1 else 's'}")
+    text = (f"intact; {found.messages:,} message{'' if found.messages == 1 else 's'}, "
+            f"{found.ops:,} op{'' if found.ops == 1 else 's'}")
+    if found.newer_ops:
+        return Finding("replica", WARN, str(path), f"{text}, of which {found.newer_ops:,} from a newer peerd: "
+                       "held, counted and passed on to peers, not applied here", NEWER_FIX)
+    return Finding("replica", OK, str(path), text)
+
+
+NEWER_FIX = "upgrade peerd on this machine: the upgrade applies the ops it holds from the newer one"
 
 
 # -- the daemon and its ports --------------------------------------------------------------------
@@ -409,12 +416,16 @@ def _classify(address: str, answer: Answer, *, key: bytes, sent: float, received
     except ProtocolError:
         return Probe(address, "not-peerd", f"answers HTTP {status} with an unreadable body", rtt=rtt)
     node = protocol.envelope(reply).sender
+    used = protocol.versions.negotiate(protocol.versions.stated(reply))
+    if isinstance(used, protocol.versions.NoCommon):
+        return Probe(address, "other-version", f"a peerd that {used}", node=node.hex() if node else None, rtt=rtt)
     if status != 200 or node is None:
         return Probe(address, "not-peerd", f"answers HTTP {status} without a peer reply", rtt=rtt)
     skew = clock_skew(answer.date, sent, received, reply.get("c"))
     kind = "self" if me is not None and me.startswith(node.hex()) else "ok"
     what = "this node itself" if kind == "self" else f"node {node.hex()}"
-    return Probe(address, kind, f"{what}, same fleet, {rtt * 1000:.0f} ms", node=node.hex(), rtt=rtt, skew=skew)
+    return Probe(address, kind, f"{what}, same fleet, wire {used}, {rtt * 1000:.0f} ms", node=node.hex(), rtt=rtt,
+                 skew=skew)
 
 
 _PROBE_FIX = {
@@ -425,6 +436,7 @@ _PROBE_FIX = {
     "wrong-fleet": "bring that machine into this fleet: `peerd join --lan` there, then `peerd approve CODE` here "
                    "(or `peerd invite` here, `peerd join TOKEN` there)",
     "not-peerd": "something other than peerd listens there: correct the address or port",
+    "other-version": "upgrade the older of the two peerd releases (peerd --version shows what each speaks)",
 }
 
 

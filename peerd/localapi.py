@@ -44,7 +44,9 @@ RETRY_MS = 1000
 
 
 async def status(node: Node, info: dict[str, Any]) -> dict[str, Any]:
-    stats = await asyncio.to_thread(node.rep.stats)
+    stats: dict[str, Any] = dict(await asyncio.to_thread(node.rep.stats))
+    if stats.get("newer_ops"):
+        stats["newer_kinds"] = await asyncio.to_thread(node.rep.newer_ops)
     peers = await node.peers_report()
     return {
         **info,

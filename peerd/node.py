@@ -60,7 +60,7 @@ from peerd.indexer import keep_indexed
 from peerd.keyring import KeyRing
 from peerd.pairing.host import PairingHost
 from peerd.peers import FAIL_THRESHOLD, Peer, PeerTable
-from peerd.protocol import Msg, Outcome, ProtocolError, RoundResult
+from peerd.protocol import Msg, Outcome, ProtocolError, RoundResult, versions
 from peerd.ratelog import RateLog, summary
 from peerd.transport import Answer, HttpTransport, Transport
 from replica import Replica, vector
@@ -177,10 +177,10 @@ class Node:
             from discovery.mdns import MdnsSource  # noqa: PLC0415 - zeroconf only with mDNS on
 
             self.mdns = MdnsSource(
-                self.rep.node_id, self.keys.fleet_id, self.peer_port, protocol.PROTOCOL_VERSION,
+                self.rep.node_id, self.keys.fleet_id, self.peer_port, versions.SPOKEN,
                 interfaces if isinstance(interfaces, str) else list(interfaces),
                 name=self.cfg.name, also=self.keys.previous_ids, other=self._other_fleet,
-                other_gone=self.others.gone,
+                other_gone=self.others.gone, other_version=self._found,
             )
             sources.append(self.mdns)
         for source in sources:
@@ -190,7 +190,8 @@ class Node:
         node = bytes.fromhex(cand.node_id)[: protocol.SHORT] if cand.node_id else None
         if node is not None and node in self._removed_short:
             return  # a removed node: it learns so when it calls us, and is answered with the rotation only
-        self.add_candidate(cand.host, cand.port, source=cand.source, node=node)
+        self.add_candidate(cand.host, cand.port, source=cand.source, node=node,
+                           wire=frozenset(cand.wire) if cand.wire else None)
         peer = self.table.peers.get(Peer(cand.host, cand.port, cand.source).addr)
         if peer is not None and cand.addresses:
             peer.addresses = list(cand.addresses)
@@ -225,10 +226,21 @@ class Node:
         if not task.cancelled() and task.exception() is not None:
             log.error("background task failed", exc_info=task.exception())
 
-    def add_candidate(self, host: str, port: int, *, source: str, node: bytes | None = None) -> None:
-        """A discovery source found a peer: remember it and sync with it soon."""
+    def add_candidate(self, host: str, port: int, *, source: str, node: bytes | None = None,
+                      wire: frozenset[int] | None = None) -> None:
+        """A discovery source found a peer: remember it and sync with it soon. ``wire``: the
+        versions it states (an advert, an exchange record, its own request)."""
         if self.table.add(host, port, source, node, now=time.monotonic()) is not None:
             self._wake.set()
+        peer = self.table.peers.get(Peer(host, port, source).addr)
+        if peer is not None and wire is not None:
+            self._set_wire(peer, wire)
+
+    def _set_wire(self, peer: Peer, wire: frozenset[int]) -> None:
+        """Record the versions a peer states; one that speaks none of ours is told once."""
+        if peer.set_wire(wire):
+            log.warning("peer %s %s; not contacted until it states a version in common", peer.addr,
+                        versions.negotiate(wire))
 
     def _on_replica_change(self) -> None:  # called by the feed from whichever thread learned of it
         if self._loop is not None and not self._loop.is_closed():
@@ -446,7 +458,7 @@ class Node:
     def _saw_inbound(self, host: str, sender: protocol.Envelope) -> None:
         if sender.port is None or not host or sender.sender == self.me:
             return
-        self.add_candidate(host, sender.port, source="inbound", node=sender.sender)
+        self.add_candidate(host, sender.port, source="inbound", node=sender.sender, wire=sender.wire)
         peer = self.table.peers.get(Peer(host, sender.port, "inbound").addr)
         if peer is not None:
             peer.last_seen = time.monotonic()
@@ -463,7 +475,7 @@ class Node:
 
     def _learn_peers(self, learnt: protocol.Learnt) -> None:
         for rec in learnt.peers:
-            self.add_candidate(rec.host, rec.port, source="exchange", node=rec.node)
+            self.add_candidate(rec.host, rec.port, source="exchange", node=rec.node, wire=rec.wire)
         for node, name in learnt.names:  # liveness gossip: the name a node goes by (never in the op log)
             for p in self.table.peers.values():
                 if p.node == node:
@@ -493,6 +505,9 @@ class Node:
             reply = protocol.decode(keys.open(answer.body)[0])
         except (SealError, ProtocolError) as exc:
             raise PeerError(f"sent an unreadable reply (HTTP {answer.status}): {exc}", peer=peer.addr) from None
+        self._set_wire(peer, versions.stated(reply))
+        if peer.incompatible:
+            raise PeerError(str(versions.negotiate(peer.wire or ())), peer=peer.addr)
         if reply.get("t") == protocol.REKEY and answer.status == 200:
             if not last and await self._catch_up(peer, reply):
                 return None
@@ -536,7 +551,8 @@ class Node:
 
     async def sync_with(self, peer: Peer) -> RoundResult:
         """One push-pull round with ``peer``; updates the peer table either way."""
-        gen = protocol.client_round(self.rep, budget=self.cfg.page_bytes)
+        marks = dict(peer.pushed)  # the round runs on worker threads; the table is the loop's
+        gen = protocol.client_round(self.rep, budget=self.cfg.page_bytes, pushed=marks)
         try:
             req, result = await asyncio.to_thread(protocol.step, gen, None)
             while req is not None:
@@ -559,6 +575,8 @@ class Node:
                 self._log_progress(self.catchup, final=True)
                 self.catchup = None
         assert result is not None
+        if not peer.takes_every_op:
+            peer.pushed = marks
         if peer.source == "seed" and self.seeds is not None:
             self.seeds.report_success(peer.host, peer.port)
         self._recovered(peer.addr, "sync")
@@ -739,12 +757,19 @@ class Node:
 
     def _push(self, raws: list[bytes], exclude: bytes | None) -> None:
         """Queue ops for a few live peers; each peer's queue drains in its own task, so a
-        burst of writes coalesces into few requests and a slow peer delays only itself."""
+        burst of writes coalesces into few requests and a slow peer delays only itself. A peer
+        that has not said it takes every op gets only those the first release takes."""
+        first_release: list[bytes] | None = None
         for peer in self.table.push_targets(self.cfg.push_fanout, exclude=exclude):
             if self._is_removed(peer):
                 continue
+            if not peer.takes_every_op and first_release is None:
+                first_release = protocol.first_release_takes(raws)
+            batch = raws if peer.takes_every_op else first_release or []
+            if not batch:
+                continue
             box = self._outbox.setdefault(peer.addr, [])
-            box.extend(raws)
+            box.extend(batch)
             if len(box) > OUTBOX_LIMIT:  # far behind: drop the backlog, rounds repair it
                 del box[: len(box) - OUTBOX_LIMIT]
             if peer.addr not in self._draining:

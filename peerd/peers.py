@@ -5,6 +5,11 @@ Pure data and rules, no I/O. Invariants: a peer is keyed by its address
 an exponential backoff and is marked unreachable after ``FAIL_THRESHOLD``
 consecutive failures; any success resets both.
 
+A peer that states wire versions none of which this release speaks
+(``protocol.versions``) is *incompatible*: it is never picked for a round or
+a push (so never retried in a loop) until it states versions again, and the
+table says so once (``set_wire`` returns the change).
+
 The table stays bounded and current: peers learnt second hand (``exchange``)
 or from a caller's envelope (``inbound``) are only added while the table
 holds fewer than ``MAX_PEERS`` rows, and ``expire`` drops such a peer once
@@ -20,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from discovery.seeds import format_seed
+from peerd.protocol import versions
 from peerd.protocol.exchange import PeerRecord
 from replica import vector as vec
 
@@ -53,6 +59,35 @@ class Peer:
     gone: bool = False  # said goodbye (mDNS) or removed
     name: str | None = None  # the name the node goes by (config `name`), learnt by peer exchange
     added: float = 0.0  # when it entered the table (monotonic seconds)
+    wire: frozenset[int] | None = None  # the wire versions it speaks, once stated (None: not known yet)
+    pushed: dict[bytes, tuple[int, int]] = field(default_factory=dict)  # rounds.Pushed, for a wire-2 peer
+
+    @property
+    def incompatible(self) -> bool:
+        """It speaks no wire version this release speaks."""
+        return self.wire is not None and isinstance(versions.negotiate(self.wire), versions.NoCommon)
+
+    @property
+    def takes_every_op(self) -> bool:
+        """It stores ops it does not know (wire 3 or later); until it has said so, it is sent only
+        what the first release takes."""
+        return versions.takes_every_op(self.wire)
+
+    def set_wire(self, wire: frozenset[int] | None) -> bool:
+        """Record what the peer stated; True when that made it incompatible (tell people once)."""
+        if wire is None or wire == self.wire:
+            return False
+        was = self.incompatible
+        self.wire = wire
+        if self.takes_every_op:
+            self.pushed.clear()
+        return self.incompatible and not was
+
+    def wire_text(self) -> str | None:
+        """The version in use, or why there is none; None while not known."""
+        if self.wire is None:
+            return None
+        return str(versions.negotiate(self.wire))
 
     @property
     def addr(self) -> str:
@@ -60,7 +95,8 @@ class Peer:
 
     @property
     def reachable(self) -> bool:
-        return not self.gone and self.failures < FAIL_THRESHOLD and self.last_seen is not None
+        return (not self.gone and self.failures < FAIL_THRESHOLD and self.last_seen is not None
+                and not self.incompatible)
 
     def lag(self, ours_short: dict[bytes, int]) -> int | None:
         """Ops we hold that this peer lacks, as far as we know."""
@@ -74,6 +110,7 @@ class Peer:
             "last_seen_ago": None if self.last_seen is None else round(now - self.last_seen, 3),
             "last_sync_ago": None if self.last_sync is None else round(now - self.last_sync, 3),
             "failures": self.failures, "lag": self.lag(ours_short), "last_error": self.last_error,
+            "wire": self.wire_text(),
         }
 
 
@@ -141,7 +178,7 @@ class PeerTable:
                 p.gone = True
 
     def due(self, now: float) -> list[Peer]:
-        return [p for p in self.peers.values() if not p.gone and p.next_try <= now]
+        return [p for p in self.peers.values() if not p.gone and not p.incompatible and p.next_try <= now]
 
     def live(self) -> list[Peer]:
         return [p for p in self.peers.values() if p.reachable]
@@ -165,5 +202,5 @@ class PeerTable:
 
     def exchange_records(self, now: float) -> list[PeerRecord]:
         """The peers we would tell another node about: the reachable ones."""
-        return [PeerRecord(p.host, p.port, p.node, p.name, now - p.last_seen)
+        return [PeerRecord(p.host, p.port, p.node, p.name, now - p.last_seen, p.wire)
                 for p in self.live() if p.last_seen is not None]

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from replica import mailbox
 from replica.hlc import wall_of
 from replica.names import name_key
-from replica.ops import KIND_MSG, KIND_SET, Op
+from replica.ops import KIND_MSG, KIND_SET, Op, known_writes
 
 TABLE = "seen"  # the op table of the register writes (``ops.LWW_SCHEMA``)
 FIELD = "at"
@@ -50,7 +50,7 @@ def sightings(op: Op) -> list[tuple[str, int]]:
     if op.kind == KIND_MSG:
         return [(name_key(op.body["f"]), wall_of(op.hlc))] if op.body["t"] is None else []
     if op.kind == KIND_SET:
-        return [(name_key(w[1][0]), w[3]) for w in op.body["w"] if w[0] == TABLE]
+        return [(name_key(w[1][0]), w[3]) for w in known_writes(op) if w[0] == TABLE]
     return []
 
 

@@ -111,6 +111,7 @@ def check_rekey(body: Mapping[str, Any]) -> None:
 
 
 CHECKS = {KIND_ADMIT: check_admit, KIND_REKEY: check_rekey}
+BODY_KEYS = {KIND_ADMIT: frozenset({"k", "nm", "f"}), KIND_REKEY: frozenset({"e", "f", "ks", "rm"})}
 
 
 # -- the rules ----------------------------------------------------------------------------------

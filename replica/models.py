@@ -254,3 +254,4 @@ class FileCheck(_Dict):
     result: str  # SQLite's quick_check: "ok" when sound
     messages: int
     ops: int
+    newer_ops: int = 0  # ops held from a newer peerd, waiting for an upgrade to be applied

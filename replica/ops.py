@@ -18,6 +18,18 @@ Kinds: ``msg`` (a message), ``set`` (last-writer-wins register writes) and
 ``rtr`` (a retraction of a message by its sender role). A message body gains
 ``sd`` (session day) and ``tn`` (tenant) only when the sender gave them, so a
 plain message keeps the original six keys.
+
+Forward compatibility (an op written by a newer release): ``decode`` verifies
+what it can of any op (encoding, header, signature, size) and returns it with
+``understood`` False when its kind, or a body field or register write inside
+it, is one this release does not know. Such an op is still stored, counted
+and relayed byte for byte (``replica.store``); what this release knows of it
+is applied, the rest waits for an upgrade. A body field this release knows is
+always checked in full: an op is never half-valid. ``v1`` says whether a
+peer of the first release (wire 2), which refuses every unknown kind, field
+or table, would take the op; such peers are only ever sent ops with ``v1``.
+Local writes are checked strictly (``validate_body``): this release never
+writes what it would not understand.
 """
 
 from __future__ import annotations
@@ -33,7 +45,9 @@ from replica import identity, membership
 from replica.codec import pack, unpack
 from replica.errors import InvalidOp, Undecodable
 
-VERSION = 1
+VERSION = 1  # the op format (header layout); new features are new kinds or fields, never a new format
+OP_LEVEL = 2  # what this release understands: 1 = the first release's kinds and fields
+MAX_KIND_CHARS = 32  # an op kind this release does not know is still stored when its name is sane
 MAX_CONTENT_BYTES = 900_000  # VantagePeers' limit: 900,000 bytes of UTF-8
 MAX_OP_BYTES = 1024 * 1024  # a message of MAX_CONTENT_BYTES plus its header, names and signature
 # A local JSON request (API or MCP) that carries one largest content even with every byte escaped
@@ -70,6 +84,8 @@ class Op:
     kind: str
     body: Body
     raw: bytes
+    understood: bool = True  # this release knows the kind and every field (module docstring)
+    v1: bool = True  # a peer of the first release (wire 2) would take it
 
     @property
     def size(self) -> int:
@@ -168,11 +184,10 @@ def decode(raw: bytes) -> Op:
         raise InvalidOp(f"op is {len(raw)} bytes, limit {MAX_OP_BYTES}")
     unsigned, sig, header = _unwrap(raw)
     _check_header(header)
-    _version, origin, seq, hlc, kind, body = header
+    origin = header[1]
     if not identity.verify(origin, unsigned, sig):
         raise InvalidOp("bad signature for its origin")
-    validate_body(kind, body)
-    return Op(origin=origin, seq=seq, hlc=hlc, kind=kind, body=body, raw=raw)
+    return _judged(header, raw)
 
 
 def _is_int(v: object) -> bool:
@@ -208,9 +223,8 @@ def _content(v: object) -> None:
         raise InvalidOp(f"content exceeds {MAX_CONTENT_BYTES} bytes")
 
 
-def _check_msg(body: Mapping[str, Any]) -> None:
-    keys = set(body)
-    if not (MSG_KEYS <= keys <= MSG_KEYS | MSG_OPTIONAL_KEYS):
+def _check_msg(body: Mapping[str, Any]) -> bool:
+    if not set(body) >= MSG_KEYS:
         raise InvalidOp("msg body must have the keys f, fi, c, ti, t, x (and optionally sd, tn)")
     _name(body["f"], "sender")
     _name(body["fi"], "sender instance", optional=True)
@@ -222,15 +236,17 @@ def _check_msg(body: Mapping[str, Any]) -> None:
         raise InvalidOp(f"session day must be an integer from 1 to {MAX_SESSION_DAY}")
     if "tn" in body:
         _name(body["tn"], "tenant")
+    return set(body) <= MSG_KEYS | MSG_OPTIONAL_KEYS
 
 
-def _check_retract(body: Mapping[str, Any]) -> None:
-    if set(body) != {"m", "f"}:
-        raise InvalidOp("rtr body must have exactly the keys m, f")
+def _check_retract(body: Mapping[str, Any]) -> bool:
+    if not set(body) >= {"m", "f"}:
+        raise InvalidOp("rtr body must have the keys m, f")
     m = body["m"]
     if not isinstance(m, str) or not m or len(m) > MAX_MESSAGE_ID_CHARS:
         raise InvalidOp(f"retracted message id must be a non-empty string of at most {MAX_MESSAGE_ID_CHARS} chars")
     _name(body["f"], "retracting role")
+    return set(body) == {"m", "f"}
 
 
 def _str_or_none(v: object) -> bool:
@@ -289,47 +305,118 @@ def _key_part(k: object) -> bool:
     return isinstance(k, str) and len(k) <= MAX_NAME_CHARS
 
 
-def _check_write(w: object) -> None:
+def _check_write(w: object) -> bool:
+    """Check one register write; False when its table or field is one this release does not know
+    (a newer release's: kept, not applied). A known field is checked in full."""
     if not (isinstance(w, list) and len(w) == 4):
         raise InvalidOp("a write must be [table, key, field, value]")
     table, key, field, value = w
-    schema = LWW_SCHEMA.get(table) if isinstance(table, str) else None
+    if not isinstance(table, str) or not isinstance(field, str):
+        raise InvalidOp("a write's table and field must be strings")
+    schema = LWW_SCHEMA.get(table)
     if schema is None:
-        raise InvalidOp(f"unknown table {table!r}")
+        return False
     arities, fields = schema
     if not (isinstance(key, list) and len(key) in arities and all(_key_part(k) for k in key)):
         raise InvalidOp(f"key of {table} must be {' or '.join(map(str, arities))} strings")
-    check = fields(field) if isinstance(field, str) else None
+    check = fields(field)
     if check is None:
-        raise InvalidOp(f"unknown field {field!r} of {table}")
+        return False
     if not check(value):
         raise InvalidOp(f"bad value for {table}.{field}")
+    return True
 
 
-def _check_set(body: Mapping[str, Any]) -> None:
+def _check_set(body: Mapping[str, Any]) -> bool:
     writes = body.get("w")
-    if set(body) != {"w"} or not isinstance(writes, list) or not writes:
+    if not isinstance(writes, list) or not writes:
         raise InvalidOp("set body must be {w: [write, ...]} with at least one write")
     if len(writes) > MAX_WRITES_PER_OP:
         raise InvalidOp(f"more than {MAX_WRITES_PER_OP} writes in one op")
-    for w in writes:
-        _check_write(w)
+    known = [_check_write(w) for w in writes]
+    return all(known) and set(body) == {"w"}
 
 
-_CHECKS: dict[str, Callable[[Mapping[str, Any]], None]] = {
-    KIND_MSG: _check_msg, KIND_SET: _check_set, KIND_RETRACT: _check_retract, **membership.CHECKS,
+def _exact(check: Callable[[Mapping[str, Any]], None], keys: frozenset[str]) -> Callable[[Mapping[str, Any]], bool]:
+    """A check of a body with exactly ``keys`` turned into one that also takes a newer release's
+    fields beside them: the known ones are checked in full, the result says whether there were others."""
+    def lenient(body: Mapping[str, Any]) -> bool:
+        check({k: v for k, v in body.items() if k in keys} if keys <= set(body) else body)
+        return set(body) == keys
+    return lenient
+
+
+_CHECKS: dict[str, Callable[[Mapping[str, Any]], bool]] = {
+    KIND_MSG: _check_msg, KIND_SET: _check_set, KIND_RETRACT: _check_retract,
+    **{kind: _exact(check, membership.BODY_KEYS[kind]) for kind, check in membership.CHECKS.items()},
 }
+
+KNOWN_KINDS = frozenset(_CHECKS)
+
+# What a peer of the first release takes (wire 2; it refuses every other kind, field or table).
+V1_KINDS = frozenset({KIND_MSG, KIND_SET, KIND_RETRACT, *membership.KINDS})
+V1_TABLE_FIELDS: dict[str, frozenset[str] | None] = {  # None: every field this release checks
+    "rcpt": frozenset({"d", "r"}), "prof": None, "agent": frozenset({"name", "alive"}),
+    "member": frozenset({"in"}), "thread": frozenset({"created"}), "seen": frozenset({"at"}),
+}
+_KIND = re.compile(rf"[A-Za-z0-9_.:-]{{1,{MAX_KIND_CHARS}}}")
+
+
+def inspect_body(kind: object, body: Mapping[str, Any]) -> bool:
+    """Check a peer's op body as far as this release can: InvalidOp when something it knows is
+    wrong; True when it knows the kind and every field, False when the op holds a newer release's
+    kind, field or register write (module docstring)."""
+    check = _CHECKS.get(kind) if isinstance(kind, str) else None
+    if check is None:
+        if not (isinstance(kind, str) and _KIND.fullmatch(kind)):
+            raise InvalidOp(f"kind must be a name of 1 to {MAX_KIND_CHARS} letters, digits or _.:-")
+        return False
+    return check(body)
 
 
 def validate_body(kind: object, body: Mapping[str, Any]) -> None:
-    check = _CHECKS.get(kind) if isinstance(kind, str) else None
-    if check is None:
+    """Check a body this node is about to write: strictly, it must know the kind and every field."""
+    if not isinstance(kind, str) or kind not in _CHECKS:
         raise InvalidOp(f"unknown kind {kind!r}")
-    check(body)
+    if not inspect_body(kind, body):
+        raise InvalidOp(f"{kind} body holds fields this release does not know")
+
+
+def _v1_tables_exceeded(kind: str, body: Mapping[str, Any]) -> bool:
+    """Whether a set op writes a table or field the first release does not know."""
+    if kind != KIND_SET:
+        return False
+    for table, _key, field, _value in body["w"]:
+        fields = V1_TABLE_FIELDS.get(table, frozenset())
+        if fields is not None and field not in fields:
+            return True
+    return False
+
+
+def known_writes(op: Op) -> list[list[Any]]:
+    """The register writes of a set op that this release knows (all of them, for an understood op)."""
+    writes: list[list[Any]] = op.body["w"]
+    if op.understood:
+        return writes
+    return [w for w in writes if (s := LWW_SCHEMA.get(w[0])) is not None and s[1](w[2]) is not None]
+
+
+def level_of(op: Op) -> int | None:
+    """What an op is stored with: None when this release understands it, else ``OP_LEVEL`` (the op
+    waits for a release that knows more; ``replica.store.upgrade_held``)."""
+    return None if op.understood else OP_LEVEL
 
 
 def read_stored(raw: bytes) -> Op:
-    """Decode an op this replica stored (it was verified when it arrived): no signature check."""
+    """Decode an op this replica stored (it was verified when it arrived): no signature check, but
+    what this release understands of it is judged again (an older release may have stored it)."""
     _unsigned, _sig, header = _unwrap(raw)
+    return _judged(header, raw)
+
+
+def _judged(header: list[Any], raw: bytes) -> Op:
+    """An op from its verified header: what this release understands of it judged."""
     _version, origin, seq, hlc, kind, body = header
-    return Op(origin=origin, seq=seq, hlc=hlc, kind=kind, body=body, raw=raw)
+    understood = inspect_body(kind, body)
+    return Op(origin=origin, seq=seq, hlc=hlc, kind=kind, body=body, raw=raw, understood=understood,
+              v1=understood and kind in V1_KINDS and not _v1_tables_exceeded(kind, body))

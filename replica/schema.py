@@ -147,8 +147,20 @@ CREATE TABLE fleet_rekeys(origin BLOB NOT NULL, seq INTEGER NOT NULL, lseq INTEG
 CREATE TABLE fleet_removed(node BLOB PRIMARY KEY, upto INTEGER NOT NULL) WITHOUT ROWID;
 """
 
+# v7 (0.2.0): ops of a newer release. ``v1`` is 0 on an op a peer of the first release would refuse
+# (a kind, field or table it does not know), so that peer is never sent it; ``newer`` is set on an op
+# this release stored without understanding all of it (the op level of the release that stored it):
+# a later release applies what it has learnt to read (``store.upgrade_held``). Every op held before
+# v7 came from the first release: understood, and taken by it.
+SCHEMA_NEWER_OPS = """
+ALTER TABLE ops ADD COLUMN v1 INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE ops ADD COLUMN newer INTEGER;
+CREATE INDEX ops_not_v1 ON ops(oid, seq) WHERE v1 = 0;
+CREATE INDEX ops_newer ON ops(lseq) WHERE newer IS NOT NULL;
+"""
+
 MIGRATIONS: tuple[str, ...] = (
-    SCHEMA_V1, SCHEMA_V2, SCHEMA_THREAD_SEQS, SCHEMA_FIRST_SEEN, SCHEMA_KEYS, SCHEMA_FLEET,
+    SCHEMA_V1, SCHEMA_V2, SCHEMA_THREAD_SEQS, SCHEMA_FIRST_SEEN, SCHEMA_KEYS, SCHEMA_FLEET, SCHEMA_NEWER_OPS,
 )
 LATEST = len(MIGRATIONS)
 KEYED = 5  # the version from which rows carry name keys (older files are rebuilt on upgrade)

@@ -46,7 +46,20 @@ from replica.ids import receipt_id
 from replica.lww import join_key
 from replica.models import FileCheck
 from replica.names import name_key
-from replica.ops import KIND_MSG, KIND_RETRACT, KIND_SET, TEXT_KEYS, Op, message_id, parse_message_id, read_stored
+from replica.ops import (
+    KIND_MSG,
+    KIND_RETRACT,
+    KIND_SET,
+    KNOWN_KINDS,
+    OP_LEVEL,
+    TEXT_KEYS,
+    Op,
+    known_writes,
+    level_of,
+    message_id,
+    parse_message_id,
+    read_stored,
+)
 from replica.stamps import session_day
 
 BUSY_TIMEOUT_MS = 30_000
@@ -104,7 +117,8 @@ class Store:
                 row = cur.execute("SELECT v FROM meta WHERE k='schema_version'").fetchone()
                 version = int(row[0]) if row else 0
             if version > schema.LATEST:
-                raise StoreError(f"replica schema v{version} is newer than this peerd (v{schema.LATEST})")
+                raise StoreError(f"{self.path} was written by a newer peerd (replica schema v{version}; this peerd "
+                                 f"reads up to v{schema.LATEST}): upgrade peerd to open it; nothing was changed")
             if version == 0:
                 _require_empty(cur, self.path)
             for script in schema.MIGRATIONS[version:]:
@@ -113,6 +127,7 @@ class Store:
                         cur.execute(stmt)
             if version < schema.KEYED:
                 rebuild_keys(cur)
+            upgrade_held(cur)
             cur.execute(
                 "INSERT INTO meta(k, v) VALUES ('schema_version', ?) "
                 "ON CONFLICT(k) DO UPDATE SET v = excluded.v", (schema.LATEST,),
@@ -177,11 +192,14 @@ def check_file(path: str | Path, *, timeout: float = 10.0) -> FileCheck:
             result = str(conn.execute("PRAGMA quick_check").fetchone()[0])
             messages = int(conn.execute("SELECT count(*) FROM messages").fetchone()[0])
             ops = int(conn.execute("SELECT count(*) FROM ops").fetchone()[0])
+            columns = {str(r[1]) for r in conn.execute("PRAGMA table_info(ops)")}
+            newer = int(conn.execute("SELECT count(*) FROM ops WHERE newer IS NOT NULL").fetchone()[0]) \
+                if "newer" in columns else 0
         finally:
             conn.close()
     except sqlite3.Error as exc:
         raise StoreError(str(exc)) from None
-    return FileCheck(result, messages, ops)
+    return FileCheck(result, messages, ops, newer)
 
 
 def origin_id(cur: sqlite3.Cursor, node: bytes) -> int:
@@ -227,24 +245,49 @@ def position_at(cur: sqlite3.Cursor, arrived_ms: int) -> int:
 
 def store_op(cur: sqlite3.Cursor, oid: int, op: Op, arrived: int) -> int | None:
     """Store ``op`` with its projections; its lseq if new, None if held. ``arrived`` comes from
-    ``arrival_time`` in the same transaction."""
+    ``arrival_time`` in the same transaction. An op of a kind this release does not know is stored
+    and counted, and projects nothing (``ops`` module docstring)."""
     if op.kind == KIND_MSG:
         b = op.body
         cur.execute(
             "INSERT OR IGNORE INTO ops(oid, seq, blob, id, sender, sender_inst, channel, to_inst, thread, content,"
-            " hlc, skey, sikey, ckey, tkey, sday, tenant, arrived)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " hlc, skey, sikey, ckey, tkey, sday, tenant, arrived, v1, newer)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (oid, op.seq, op.raw, message_id(op.origin, op.seq), b["f"], b["fi"], b["c"], b["ti"], b["t"], b["x"],
-             op.hlc, *message_columns(b, op.hlc), arrived),
+             op.hlc, *message_columns(b, op.hlc), arrived, op.v1, level_of(op)),
         )
     else:
-        cur.execute("INSERT OR IGNORE INTO ops(oid, seq, blob, hlc, arrived) VALUES (?, ?, ?, ?, ?)",
-                    (oid, op.seq, op.raw, op.hlc, arrived))
+        cur.execute("INSERT OR IGNORE INTO ops(oid, seq, blob, hlc, arrived, v1, newer) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (oid, op.seq, op.raw, op.hlc, arrived, op.v1, level_of(op)))
     if cur.rowcount != 1:
         return None
     lseq = int(cur.lastrowid or 0)
-    materialize(cur, lseq, op)
+    if op.kind in KNOWN_KINDS:
+        materialize(cur, lseq, op)
     return lseq
+
+
+def upgrade_held(cur: sqlite3.Cursor) -> int:
+    """The migration step for ops a release before this one stored without understanding them all:
+    apply, in arrival order, what this release knows of each (projections are idempotent, so what
+    was applied then is not applied twice), and clear the mark of those it now understands in full.
+    Returns how many were applied."""
+    rows = cur.execute("SELECT lseq, blob, id FROM ops WHERE newer IS NOT NULL AND newer < ? ORDER BY lseq",
+                       (OP_LEVEL,)).fetchall()
+    applied = 0
+    for lseq, blob, mid in rows:
+        op = read_stored(bytes(blob))
+        if op.kind in KNOWN_KINDS:
+            if op.kind == KIND_MSG and mid is None:  # stored as a kind unknown then: its columns are new
+                b = op.body
+                cur.execute("UPDATE ops SET id = ?, sender = ?, sender_inst = ?, channel = ?, to_inst = ?,"
+                            " thread = ?, content = ?, skey = ?, sikey = ?, ckey = ?, tkey = ?, sday = ?, tenant = ?"
+                            " WHERE lseq = ?", (message_id(op.origin, op.seq), b["f"], b["fi"], b["c"], b["ti"],
+                                                b["t"], b["x"], *message_columns(b, op.hlc), lseq))
+            materialize(cur, lseq, op)
+            applied += 1
+        cur.execute("UPDATE ops SET newer = ?, v1 = ? WHERE lseq = ?", (level_of(op), op.v1, lseq))
+    return applied
 
 
 # A thread message takes the next number of its thread as it lands: inside the write
@@ -272,7 +315,7 @@ def materialize(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
         fleetstore.project(cur, lseq, op)
         return
     else:
-        for write in op.body["w"]:
+        for write in known_writes(op):
             if write[0] != firstseen.TABLE:  # a min-register, not last-writer-wins
                 put_register(cur, write, op.hlc, op.origin)
     for role, at in firstseen.sightings(op):
@@ -462,7 +505,7 @@ def _rebuild_registers(cur: sqlite3.Cursor) -> None:
     for (blob,) in cur.execute("SELECT blob FROM ops").fetchall():
         op = read_stored(bytes(blob))
         if op.kind == KIND_SET:
-            for write in op.body["w"]:
+            for write in known_writes(op):
                 if write[0] != firstseen.TABLE:
                     put_register(cur, write, op.hlc, op.origin)
         for role, at in firstseen.sightings(op):

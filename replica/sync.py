@@ -2,11 +2,17 @@
 ops, local arrival order, and whole-state checks.
 
 Invariants:
-* ``vector()`` only counts seqs held contiguously from 1 (``vector.contiguous``),
-  so ``ops_missing`` only offers ops the receiver can place with no hole.
+* ``vector()`` only counts seqs held contiguously from 1, or known to be gone
+  (purged by retention: ``vector.contiguous``, ``vector.covered_to``), so
+  ``ops_missing`` only offers ops the receiver can place with no hole, and a
+  page's stated range tells the receiver which seqs are gone.
 * ``apply`` is all-or-nothing per call: every op not held yet is verified
   before any is stored; ops already held are skipped by (origin, seq) before
-  their signature is checked.
+  their signature is checked. An op of a newer release (``Op.understood``
+  False) is stored and counted like any other.
+* A peer of the first release (wire 2) refuses a whole batch for one op it does
+  not know, so the modes ``V1_RUN`` and ``V1_ALL`` of ``ops_missing`` never
+  offer it one (``Op.v1``).
 * Applying moves this node's clock past what it saw, capped by the allowed
   drift, so a peer's clock far ahead cannot drag ours with it.
 """
@@ -33,6 +39,11 @@ _CONTIG = (
 )
 _NEWEST = "SELECT coalesce(max(lseq), 0) FROM ops"
 
+# What a receiver takes (``ops_missing``): every op (a peer of this release or newer, wire >= 3), or
+# only what a peer of the first release takes (wire 2: it refuses any op it does not know).
+ALL, V1_RUN, V1_ALL = "all", "v1-run", "v1-all"
+MODES = (ALL, V1_RUN, V1_ALL)
+
 
 class Sync(ReplicaCore):
     fleet_changes = 0  # membership ops (admit, rekey) applied or written by this object: a cheap "look again"
@@ -43,13 +54,19 @@ class Sync(ReplicaCore):
             rows = cur.execute(f"SELECT node, {_CONTIG} AS c FROM origins WHERE c > 0", (self._self_oid,))
             return {bytes(r[0]): int(r[1]) for r in rows}
 
-    def ops_missing(self, theirs: Mapping[bytes, int], byte_budget: int) -> Page:
-        """The ops ``theirs`` lacks, in origin-seq order, paged by ``byte_budget``."""
+    def ops_missing(self, theirs: Mapping[bytes, int], byte_budget: int, mode: str = ALL) -> Page:
+        """The ops ``theirs`` lacks, in origin-seq order, paged by ``byte_budget``.
+
+        ``mode`` says what the receiver takes (module docstring): ``ALL`` every op; ``V1_RUN`` (a
+        first-release peer asking) only ops it takes, from its seq on up to the first it would refuse
+        or that is gone; ``V1_ALL`` (our push to such a peer) every op it takes, past such gaps. A
+        range whose scan ended covers it whole, holes of purged ops included; one the budget cut
+        ends at the last op sent, and the page says ``more``."""
         check_count(byte_budget, "byte_budget", low=1)
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}")
         ops: list[bytes] = []
         ranges: dict[bytes, tuple[int, int]] = {}
-        used = 0
-        more = False
         with self._store.read() as cur:
             rows = cur.execute(
                 f"SELECT oid, node, {_CONTIG} AS c FROM origins WHERE c > 0 ORDER BY node", (self._self_oid,)
@@ -57,33 +74,47 @@ class Sync(ReplicaCore):
             wanted = vector.missing_ranges({bytes(r[1]): int(r[2]) for r in rows}, theirs)
             oids = {bytes(r[1]): int(r[0]) for r in rows}
             for origin, (lo, hi) in wanted.items():
-                if more:
-                    break
-                last = lo - 1
-                for seq, blob in cur.execute(
-                    "SELECT seq, blob FROM ops WHERE oid = ? AND seq BETWEEN ? AND ? ORDER BY seq",
-                    (oids[origin], lo, hi),
-                ):
-                    if ops and used + len(blob) > byte_budget:
-                        more = True
-                        break
-                    ops.append(bytes(blob))
-                    used += len(blob)
-                    last = seq
-                if last >= lo:
-                    ranges[origin] = (lo, last)
-                if last < hi:
-                    more = True
-        return Page(ops, ranges, more)
+                scan = _Scan(lo, mode, byte_budget, ops)
+                scan.run(cur, oids[origin], hi)
+                if scan.end >= lo:
+                    ranges[origin] = (lo, scan.end)
+                if scan.cut:
+                    return Page(ops, ranges, True)
+        return Page(ops, ranges, False)
 
-    def apply(self, raws: Sequence[bytes]) -> ApplyResult:
+    def apply(self, raws: Sequence[bytes], covered: Mapping[bytes, tuple[int, int]] | None = None) -> ApplyResult:
         """Verify every op not held yet, then store them; all-or-nothing per call.
 
         An op already held (same origin and seq) is skipped before its signature is
         checked: an op's identity is (origin, seq), and signature checks are most of the
         cost when two peers send the same backlog at once. An op of a removed node above
         its cutoff is refused quietly (counted in ``refused``, never stored): see
-        ``replica.membership``."""
+        ``replica.membership``. ``covered``: origin -> (lo, hi) that the sender's page covers
+        (every op it holds in the range is in ``raws``; the rest was purged): an origin held
+        up to at least lo - 1 is then held (or purged) up to hi. An op that arrives already
+        purgeable (``purged_on_arrival``) is counted, not stored."""
+        decoded, positions = self._decode_new(raws)
+        if not decoded and not covered:
+            return ApplyResult(0, len(raws))
+        new_oids: dict[bytes, int] = {}
+        with self._store.write() as cur:
+            removed = fleetstore.removed(cur)
+            new, new_index, refused, fleet_ops = self._store_all(cur, decoded, positions, removed, new_oids)
+            if covered:
+                _cover(cur, covered, removed, self.node_key)
+            if fleet_ops:  # ops of a node this batch removed may have come after its removal
+                fleetstore.settle(cur)
+            if decoded:
+                self._observe(cur, max(op.hlc for op in decoded))
+        self._oids.update(new_oids)
+        if fleet_ops:
+            self.fleet_changes += 1
+        if new:
+            self._notify()
+        return ApplyResult(len(new), len(raws) - len(new) - refused, new, new_index, refused)
+
+    def _decode_new(self, raws: Sequence[bytes]) -> tuple[list[Op], list[int]]:
+        """The ops of ``raws`` not held yet, verified, with their positions in ``raws``."""
         held = self._held(raws)
         decoded: list[Op] = []
         positions: list[int] = []
@@ -95,41 +126,42 @@ class Sync(ReplicaCore):
             except InvalidOp as exc:
                 raise InvalidOp(exc.reason, index=i) from None
             positions.append(i)
-        if not decoded:
-            return ApplyResult(0, len(raws))
+        return decoded, positions
+
+    def _store_all(self, cur: Any, decoded: Sequence[Op], positions: Sequence[int], removed: Mapping[bytes, int],
+                   new_oids: dict[bytes, int]) -> tuple[list[int], list[int], int, bool]:
+        """Store verified ops in one transaction: (new lseqs, their input positions, refused, any
+        membership op among them); origins new to this replica go to ``new_oids``."""
         new: list[int] = []
         new_index: list[int] = []
-        new_oids: dict[bytes, int] = {}
         refused = 0
         fleet_ops = False
-        with self._store.write() as cur:
-            removed = fleetstore.removed(cur)
-            touched: set[int] = set()
-            arrived = store.arrival_time(cur, self._wall())
-            for i, op in enumerate(decoded):
-                if removed and membership.barred(removed, op.origin, op.seq, self.node_key):
-                    refused += 1
-                    continue
-                oid = self._oids.get(op.origin) or new_oids.get(op.origin)
-                if oid is None:
-                    oid = new_oids[op.origin] = store.origin_id(cur, op.origin)
-                lseq = store.store_op(cur, oid, op, arrived)
-                if lseq is not None:
-                    new.append(lseq)
-                    new_index.append(positions[i])
-                    touched.add(oid)
-                    fleet_ops = fleet_ops or op.kind in membership.KINDS
-            for oid in touched:
-                _advance(cur, oid)
-            if fleet_ops:  # ops of a node this batch removed may have come after its removal
-                fleetstore.settle(cur)
-            self._observe(cur, max(op.hlc for op in decoded))
-        self._oids.update(new_oids)
-        if fleet_ops:
-            self.fleet_changes += 1
-        if new:
-            self._notify()
-        return ApplyResult(len(new), len(raws) - len(new) - refused, new, new_index, refused)
+        touched: dict[int, list[int]] = {}
+        arrived = store.arrival_time(cur, self._wall())
+        for op, position in zip(decoded, positions, strict=True):
+            if removed and membership.barred(removed, op.origin, op.seq, self.node_key):
+                refused += 1
+                continue
+            oid = self._oids.get(op.origin) or new_oids.get(op.origin)
+            if oid is None:  # remembered once the transaction commits (a rollback forgets the row)
+                oid = new_oids[op.origin] = store.origin_id(cur, op.origin)
+            if self.purged_on_arrival(cur, op):
+                touched.setdefault(oid, []).append(op.seq)
+                continue
+            lseq = store.store_op(cur, oid, op, arrived)
+            if lseq is not None:
+                new.append(lseq)
+                new_index.append(position)
+                touched.setdefault(oid, [])
+                fleet_ops = fleet_ops or op.kind in membership.KINDS
+        for oid, gone in touched.items():
+            _advance(cur, oid, gone)
+        return new, new_index, refused, fleet_ops
+
+    def purged_on_arrival(self, cur: Any, op: Op) -> bool:
+        """Whether ``op`` arrives already past what this replica keeps (retention): then it is
+        counted in its origin's vector, never stored. Nothing is, until a horizon is set."""
+        return False
 
     def _observe(self, cur: Any, seen: int) -> None:
         """Move this node's clock past ``seen`` (within the allowed drift)."""
@@ -214,19 +246,77 @@ class Sync(ReplicaCore):
                 "profiles": one("SELECT count(*) FROM profiles"),
                 "origins": len(self.vector()),
                 "max_lseq": one(_NEWEST),
+                "newer_ops": one("SELECT count(*) FROM ops WHERE newer IS NOT NULL"),
             }
+
+    def newer_ops(self) -> dict[str, int]:
+        """Ops held that this release does not fully understand (written by a newer release), by
+        kind: stored, counted and relayed; an upgrade applies what they hold."""
+        out: dict[str, int] = {}
+        with self._store.read() as cur:
+            for (blob,) in cur.execute("SELECT blob FROM ops WHERE newer IS NOT NULL"):
+                kind = opsmod.read_stored(bytes(blob)).kind
+                out[kind] = out.get(kind, 0) + 1
+        return out
 
     def integrity_check(self) -> str:
         with self._store.read() as cur:
             return str(cur.execute("PRAGMA integrity_check").fetchone()[0])
 
 
-def _advance(cur: Any, oid: int) -> None:
-    """Move an origin's contiguous mark over every seq now held, and its top."""
+class _Scan:
+    """One origin's part of a page (``Sync.ops_missing``): the ops from ``lo`` on that fit the budget
+    and that the receiver takes; ``end`` the last seq covered, ``cut`` whether the budget stopped it."""
+
+    def __init__(self, lo: int, mode: str, budget: int, ops: list[bytes]) -> None:
+        self.lo, self.mode, self.budget, self.ops = lo, mode, budget, ops
+        self.used = sum(len(o) for o in ops)
+        self.end = lo - 1
+        self.cut = False
+
+    def run(self, cur: Any, oid: int, hi: int) -> None:
+        only_v1 = " AND v1 = 1" if self.mode == V1_ALL else ""
+        last = self.lo - 1
+        for seq, blob, v1 in cur.execute(
+            f"SELECT seq, blob, v1 FROM ops WHERE oid = ? AND seq BETWEEN ? AND ?{only_v1} ORDER BY seq",
+            (oid, self.lo, hi),
+        ):
+            if self.mode == V1_RUN and (seq != last + 1 or not v1):
+                break  # the run ends at a gap: a first-release receiver cannot place what follows
+            if self.ops and self.used + len(blob) > self.budget:
+                self.cut = True
+                break
+            self.ops.append(bytes(blob))
+            self.used += len(blob)
+            last = seq
+        # A scan that ran to hi covers the range whole (seqs missing here were purged); a run, or a
+        # scan the budget cut, covers up to the last op sent.
+        self.end = last if self.cut or self.mode == V1_RUN else hi
+
+
+def _advance(cur: Any, oid: int, gone: Sequence[int] = ()) -> None:
+    """Move an origin's contiguous mark over every seq now held (or ``gone``: arrived purged), and
+    its top."""
     contig = int(cur.execute("SELECT contig FROM origins WHERE oid = ?", (oid,)).fetchone()[0])
     held = [r[0] for r in cur.execute("SELECT seq FROM ops WHERE oid = ? AND seq > ? ORDER BY seq", (oid, contig))]
+    held += [s for s in gone if s > contig]
     top = max(held, default=contig)
     cur.execute(
         "UPDATE origins SET contig = ?, top = max(top, ?) WHERE oid = ?",
         (vector.contiguous(contig, held), top, oid),
     )
+
+
+def _cover(cur: Any, covered: Mapping[bytes, tuple[int, int]], removed: Mapping[bytes, int], me: bytes) -> None:
+    """Take a page's covered ranges: an origin held up to lo - 1 or more is held or purged up to hi
+    (never past a removed node's cutoff; never our own origin, whose ops only we write)."""
+    for origin, (lo, hi) in covered.items():
+        if origin == me:
+            continue
+        row = cur.execute("SELECT oid, contig FROM origins WHERE node = ?", (origin,)).fetchone()
+        if row is None or int(row[1]) + 1 < lo:
+            continue
+        top = vector.covered_to(int(row[1]), lo, min(hi, removed.get(origin, hi)))
+        if top > int(row[1]):
+            cur.execute("UPDATE origins SET contig = ?, top = max(top, ?) WHERE oid = ?", (top, top, row[0]))
+            _advance(cur, int(row[0]))

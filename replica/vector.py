@@ -24,6 +24,12 @@ def contiguous(start: int, held: Iterable[int]) -> int:
     return n
 
 
+def covered_to(contig: int, lo: int, hi: int) -> int:
+    """An origin's contiguous mark after a page covering lo..hi: moved to hi when the range starts
+    at or below the next seq wanted, else unchanged (a hole before lo stays a hole)."""
+    return max(contig, hi) if lo <= contig + 1 else contig
+
+
 def missing_ranges(ours: Vector, theirs: Vector) -> dict[bytes, tuple[int, int]]:
     """Per origin, the inclusive seq range we hold and they lack."""
     return {o: (theirs.get(o, 0) + 1, top) for o, top in ours.items() if top > theirs.get(o, 0)}

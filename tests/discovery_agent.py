@@ -66,7 +66,7 @@ async def _main(args: argparse.Namespace) -> None:
         args.node_id,
         args.fleet,
         args.port,
-        args.proto,
+        (args.proto,),
         interfaces,
         poll_interval=args.poll_interval,
     )

@@ -104,7 +104,9 @@ BAD_OPS: dict[str, tuple[BadBatch, str]] = {
     "signed but oversized content": (
         lambda a, good: [_signed_op(identity.generate(), 1, "z" * (MAX_CONTENT + 1))], "content exceeds"),
     "signed but malformed body": (
-        lambda a, good: [_signed_op(identity.generate(), 1, "hi", extra="key")], "msg body must have the keys"),
+        lambda a, good: [_signed_op(identity.generate(), 1, "hi", f=["not", "a", "name"])], "sender must be"),
+    "a newer release's field beside a malformed one": (
+        lambda a, good: [_signed_op(identity.generate(), 1, "hi", ti=7, extra="key")], "target instance must be"),
     "valid op batched with an altered one": (
         lambda a, good: [good, _altered(good, body={"x": "tampered"})], "bad signature"),
 }

@@ -193,11 +193,19 @@ def test_encode_txt_has_exactly_the_four_documented_keys() -> None:
     fleet_id=_TEXT,
     version=st.integers(min_value=0, max_value=2**31),
     port=st.integers(min_value=1, max_value=65535),
+    protocols=st.lists(st.integers(min_value=0, max_value=30), unique=True).map(lambda v: tuple(sorted(v))),
 )
-def test_txt_round_trips(node_id: str, fleet_id: str, version: int, port: int) -> None:
+def test_txt_round_trips(node_id: str, fleet_id: str, version: int, port: int, protocols: tuple[int, ...]) -> None:
     """decode_txt(encode_txt(a)) == a for every advertisable value."""
-    advert = Advert(node_id, fleet_id, version, port)
+    advert = Advert(node_id, fleet_id, version, port, protocols=protocols)
     assert decode_txt(_raw(encode_txt(advert))) == advert
+
+
+def test_a_malformed_protos_entry_reads_as_none() -> None:
+    """``protos`` that is not a list of small numbers is ignored: the advert stands on ``proto``."""
+    for raw in (b"2,x", b"99", b"\xff", b""):
+        props = {b"node": b"n", b"fleet": b"f", b"proto": b"2", b"port": b"1", b"protos": raw}
+        assert decode_txt(props).spoken() == {2}
 
 
 @pytest.mark.parametrize(
@@ -246,13 +254,17 @@ def test_encode_txt_refuses_values_that_cannot_be_advertised(advert: Advert) -> 
         (Advert("n-other", "fleet-b", 3, 7401), "other-fleet"),
         (Advert("n-other", "fleet-a", 4, 7401), "other-version"),
         (Advert("n-other", "fleet-b", 4, 7401), "other-fleet"),
+        (Advert("n-other", "fleet-a", 2, 7401), "accept"),  # the first release: proto=2 and no protos
+        (Advert("n-other", "fleet-a", 3, 7401, protocols=(3, 4)), "accept"),
+        (Advert("n-other", "fleet-a", 4, 7401, protocols=(4, 5)), "other-version"),
+        (Advert("n-other", "fleet-a", 1, 7401, protocols=(1,)), "other-version"),
     ],
 )
 def test_judge_advert_ignores_self_other_fleets_and_other_versions(
     advert: Advert, verdict: str
 ) -> None:
-    """Only adverts of another node with our fleet id and protocol version are accepted."""
-    assert judge_advert(advert, own_node_id="n-self", fleet_id="fleet-a", protocol_version=3) == (
+    """Only adverts of another node with our fleet id and a protocol version in common are accepted."""
+    assert judge_advert(advert, own_node_id="n-self", fleet_id="fleet-a", protocol_versions=(2, 3)) == (
         verdict
     )
 
@@ -329,20 +341,20 @@ def test_peer_candidate_rejects_empty_host_and_bad_port(host: str, port: int) ->
 def test_mdns_source_rejects_bad_interface_choice(interfaces: str | list[str]) -> None:
     """interfaces must be 'all', 'default' or a non-empty list of names/addresses."""
     with pytest.raises(ValueError, match="interfaces"):
-        MdnsSource("n", "f", 7400, 1, interfaces)
+        MdnsSource("n", "f", 7400, (1,), interfaces)
 
 
 def test_mdns_source_rejects_values_it_could_not_advertise() -> None:
     """Bad node id or port fail at construction, before any socket is opened."""
     with pytest.raises(AdvertError):
-        MdnsSource("", "f", 7400, 1)
+        MdnsSource("", "f", 7400, (1,))
     with pytest.raises(AdvertError):
-        MdnsSource("n", "f", 0, 1)
+        MdnsSource("n", "f", 0, (1,))
 
 
 def test_mdns_source_is_inactive_before_start() -> None:
     """A fresh source reports inactive with a reason, and its per-node instance name."""
-    source = MdnsSource("node-1", "f", 7400, 1)
+    source = MdnsSource("node-1", "f", 7400, (1,))
     assert (source.active, source.announced, source.problem) == (False, False, "not started")
     assert source.instance_name == "peerd-node-1._peerd._tcp.local."
 

@@ -200,7 +200,7 @@ def test_admit_names_the_node_last_writer_wins() -> None:
     ({"e": 1, "f": "xyz", "ks": [], "rm": []}, "fleet id"),
     ({"e": 1, "f": "0" * 16, "ks": [[b"k" * 32, b"short"]], "rm": []}, "sealed key entry"),
     ({"e": 1, "f": "0" * 16, "ks": [[b"k" * 32, b"e" * 80]], "rm": [[b"k" * 32, 1]]}, "removed node cannot"),
-    ({"e": 1, "f": "0" * 16, "ks": [], "rm": [], "extra": 1}, "exactly the keys"),
+    ({"e": 1, "f": "0" * 16, "ks": [], "rm": [], "extra": 1}, "fields this release does not know"),
 ])
 def test_malformed_rekey_bodies_are_refused(body: dict[str, object], reason: str) -> None:
     """A rekey op's body is checked like every op body: a bad one is an InvalidOp naming why."""

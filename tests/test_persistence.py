@@ -49,8 +49,10 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
     con.execute("UPDATE meta SET v = 99 WHERE k = 'schema_version'")
     con.commit()
     con.close()
-    with pytest.raises(StoreError, match="newer than this peerd"):
+    before = (tmp_path / "r.db").read_bytes()
+    with pytest.raises(StoreError, match=r"written by a newer peerd \(replica schema v99; this peerd reads up to"):
         Store(tmp_path / "r.db")
+    assert (tmp_path / "r.db").read_bytes() == before
 
 
 def test_corrupt_key_file_is_a_clear_error(tmp_path: Path) -> None:

@@ -128,22 +128,24 @@ def test_a_request_that_is_not_ours_is_a_protocol_error(data: bytes, match: str)
 
 
 def test_the_envelope_is_stamped_once_and_read_leniently() -> None:
-    """stamp adds n and p without overwriting; envelope fields of the wrong type read as absent."""
-    assert protocol.stamp({"t": "sync", "p": 9}, me=b"k" * 32, port=1) == {"t": "sync", "p": 9, "n": b"k" * 8}
+    """stamp adds n, p and V without overwriting; envelope fields of the wrong type read as absent."""
+    assert protocol.stamp({"t": "sync", "p": 9}, me=b"k" * 32, port=1) == {"t": "sync", "p": 9, "n": b"k" * 8,
+                                                                          "V": 0b1100}
     env = protocol.envelope({"n": "not bytes", "p": True, "nm": "x" * 65})
     assert env == protocol.Envelope(None, None, None)
-    assert _request({"t": "peers", "k": [], "nm": "a"}).envelope == protocol.Envelope(b"A" * 8, 7001, "a")
+    assert _request({"t": "peers", "k": [], "nm": "a"}).envelope == protocol.Envelope(b"A" * 8, 7001, "a", frozenset({2, 3}))
 
 
 def test_every_reply_names_the_answerer_and_a_peers_reply_its_clock() -> None:
-    """dispatch signs each reply with n; only a peers reply carries the clock c."""
+    """dispatch signs each reply with n and V; only a peers reply carries the clock c."""
     b = Replica.open()
     sync = protocol.dispatch(b, _request({"t": "sync", "v": {}}), _here(b))
     assert sync.reply["n"] == protocol.short(b.node_key) and "c" not in sync.reply
     record = protocol.PeerRecord("10.0.0.9", 7733, b"C" * 8, "c", 1.26)
     peers = protocol.dispatch(b, _request({"t": "peers", "k": [], "nm": "a"}), _here(b, peers=[record]))
     assert peers.reply == {"t": "peers", "nm": "b", "k": [{"a": "10.0.0.9", "p": 7733, "n": b"C" * 8, "nm": "c",
-                                                           "s": 1.3}], "n": protocol.short(b.node_key), "c": 1234}
+                                                           "s": 1.3}], "n": protocol.short(b.node_key), "c": 1234,
+                           "V": 0b1100}
     assert peers.learnt.names == ((b"A" * 8, "a"),)
 
 

@@ -44,8 +44,8 @@ def test_every_kind_round_trips_through_the_head_codec(kind: str) -> None:
 
 
 def test_the_in_sync_request_is_a_head_and_a_digest() -> None:
-    """With more origins than go up front, a sync request is 24 bytes: the head (kind, n, p)
-    and the digest; sealed, 64."""
+    """With more origins than go up front, a sync request is 27 bytes: the head (kind, n, p),
+    the digest and the wire versions spoken; sealed, 67."""
     rep = Replica.open()
     for _ in range(protocol.FULL_VECTOR_MAX + 1):
         with Replica.open() as other:
@@ -54,14 +54,14 @@ def test_the_in_sync_request_is_a_head_and_a_digest() -> None:
     data = protocol.encode(protocol.stamp(protocol.sync_request(rep.vector()), me=ME, port=7733))
     code = protocol.CODES["sync"] | 0x20 | 0x40
     assert data[:11] == bytes([code]) + ME[:8] + (7733).to_bytes(2, "big")
-    assert msgpack.unpackb(data[11:]) == {"d": protocol.sync_request(rep.vector())["d"]}
-    assert len(data) == 24 and len(seal(bytes(32), data)) == 24 + SEAL_OVERHEAD == 64
+    assert msgpack.unpackb(data[11:]) == {"d": protocol.sync_request(rep.vector())["d"], "V": 0b1100}
+    assert len(data) == 27 and len(seal(bytes(32), data)) == 27 + SEAL_OVERHEAD == 67
 
 
-def test_the_in_sync_reply_is_a_head_alone() -> None:
-    """``same`` with the answerer's id is 9 bytes: no map follows when there are no fields."""
+def test_the_in_sync_reply_is_a_head_and_the_versions() -> None:
+    """``same`` with the answerer's id is 9 bytes, and 3 more state its wire versions (2 and 3)."""
     reply = protocol.sign_reply({"t": "same"}, me=ME, kind="sync", clock_ms=0)
-    assert protocol.encode(reply) == bytes([protocol.CODES["same"] | 0x20]) + ME[:8]
+    assert protocol.encode(reply) == bytes([protocol.CODES["same"] | 0x20]) + ME[:8] + msgpack.packb({"V": 12})
 
 
 @pytest.mark.parametrize(("n", "p"), [(b"x" * 9, 0), (b"x" * 7, 65536), ("text", True), (None, -1)])

@@ -76,10 +76,13 @@ def format_peers(peers: list[dict[str, Any]], mdns: bool | None = None) -> str:
         node = (p["node_id"] or "?")[:16]
         if p.get("name"):
             node = f"{p['name']} ({node})"
+        wire = p.get("wire") or "?"
+        if not wire.isdigit() and wire != "?":  # no version in common: say it where the errors go
+            error, wire = wire, "none"
         rows.append((p["address"], node, p["found_by"], live, ago(p["last_seen_ago"]),
-                     ago(p["last_sync_ago"]), "?" if p["lag"] is None else p["lag"],
+                     ago(p["last_sync_ago"]), "?" if p["lag"] is None else p["lag"], wire,
                      error if len(error) <= 70 else error[:69] + "…"))
-    return table(rows, ["PEER", "NODE", "FOUND BY", "LIVE", "SEEN", "SYNCED", "LAG", "ERROR"])
+    return table(rows, ["PEER", "NODE", "FOUND BY", "LIVE", "SEEN", "SYNCED", "LAG", "WIRE", "ERROR"])
 
 
 def format_status(d: dict[str, Any]) -> str:
@@ -91,6 +94,7 @@ def format_status(d: dict[str, Any]) -> str:
         f"local   {d['local_url']}  (dashboard {d['local_url']}/dashboard, MCP {d['mcp_url']})",
         f"totals  {plural(t['messages'], 'message')}, {plural(t['receipts'], 'receipt')}, "
         f"{plural(t['ops'], 'op')} from {plural(t['origins'], 'node')}",
+        *newer_lines(t),
         f"peers   {d['live_peers']} of {len(d['peers'])} live; peers lack {d['lag']:,} of our ops",
     ]
     conf = d.get("settings")
@@ -102,6 +106,17 @@ def format_status(d: dict[str, Any]) -> str:
     lines += fleet_lines(d)
     mdns = conf.get("mdns") if isinstance(conf, dict) else None
     return "\n".join(lines) + "\n\n" + format_peers(d["peers"], mdns)
+
+
+def newer_lines(totals: dict[str, Any]) -> list[str]:
+    """Ops held from a newer peerd, if any: what they are and what to do."""
+    held = totals.get("newer_ops") or 0
+    if not held:
+        return []
+    kinds = totals.get("newer_kinds") or {}
+    what = f" ({', '.join(f'{k} x{n}' for k, n in sorted(kinds.items()))})" if kinds else ""
+    return [f"newer   {plural(held, 'op')} from a newer peerd{what}: held and passed on, not applied here; "
+            "upgrading this peerd applies them"]
 
 
 def fleet_lines(d: dict[str, Any]) -> list[str]:

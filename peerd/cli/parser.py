@@ -140,6 +140,19 @@ def _messaging_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     s.set_defaults(fn=cmd_read)
 
 
+class _Version(argparse.Action):
+    """``--version``: the text is built only when asked for (it loads the op and wire modules)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kw: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and the wire, op and replica "
+                                                             "versions this peerd speaks, and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kw: Any) -> None:
+        from peerd import version_text  # noqa: PLC0415
+
+        parser.exit(message=version_text() + "\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = Parser(add_help=False)
     global_options(common, argparse.SUPPRESS)
@@ -147,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
                epilog="exit codes: 0 ok, 1 request failed, 2 usage, 3 no daemon running, "
                       "4 no usable home, 5 doctor found problems, 130 interrupted")
     global_options(p, None)
+    p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _setup_commands(sub, common)
     _messaging_commands(sub, common)

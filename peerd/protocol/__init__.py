@@ -9,12 +9,14 @@ and schedules (``peerd.node``), through a transport (``peerd.transport``).
 * ``exchange``  peer exchange: records, names
 * ``dispatch``  one request in, the reply and what the node must do out (the forwarding rule)
 * ``catchup``   catch-up accounting on vectors
+* ``versions``  which wire versions a peer speaks, and what two peers use
 
 Invariants: nothing here does I/O, sleeps or touches asyncio; replica work goes
 through the ``SyncReplica`` calls only; every check of what a peer sent raises
 ``ProtocolError`` (a ``RemoteError``), never a library exception.
 """
 
+from peerd.protocol import versions
 from peerd.protocol.catchup import CATCHUP_REPORT, Progress, advance_known, behind, reply_vector, start_catchup
 from peerd.protocol.dispatch import KINDS, Here, Outcome, Request, decode_request, dispatch, forwarded
 from peerd.protocol.exchange import Learnt, PeerRecord, learn, peers_message, probe
@@ -27,6 +29,7 @@ from peerd.protocol.rounds import (
     drive,
     encode_page,
     expand,
+    first_release_takes,
     handle_pull,
     handle_push,
     handle_sync,
@@ -108,6 +111,7 @@ __all__ = [
     "envelope",
     "error_reply",
     "expand",
+    "first_release_takes",
     "forwarded",
     "group",
     "handle_pull",
@@ -127,4 +131,5 @@ __all__ = [
     "step",
     "sync_request",
     "ungroup",
+    "versions",
 ]

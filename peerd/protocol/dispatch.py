@@ -5,8 +5,9 @@ the seal, calls ``decode_request``, runs ``dispatch`` (off its event loop: it
 reads and writes the replica), follows the ``Outcome`` (peer table, forwards,
 wake-ups), and seals ``Outcome.reply``.
 
-Invariants: a request is one of the four kinds or a ``ProtocolError``; every
-reply carries the answerer's ``n``, and a ``peers`` reply its clock ``c``; the
+Invariants: a request is one of the four kinds, from a caller that speaks a
+wire version in common, or a ``ProtocolError``; every reply carries the
+answerer's ``n`` and ``V``, and a ``peers`` reply its clock ``c``; the
 forwarding rule (``forwarded``) is stated once, here: a fresh push (no ``r``)
 passes on the ops that were new to this node, to anyone but its sender; ops a
 round pushed (``r: 1``) are never passed on.
@@ -17,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from peerd.protocol import versions
 from peerd.protocol.exchange import Learnt, PeerRecord, learn, peers_message
 from peerd.protocol.rounds import SyncReplica, handle_push, kind_of, serve
 from peerd.protocol.wire import PEERS, PULL, PUSH, SYNC, Envelope, Msg, ProtocolError, decode, envelope, sign_reply
@@ -38,12 +40,17 @@ class Request:
 
 
 def decode_request(data: bytes) -> Request:
-    """A request from its plaintext; ProtocolError if it is not one of ours."""
+    """A request from its plaintext; ProtocolError if it is not one of ours, or its sender states
+    wire versions none of which this release speaks."""
     msg = decode(data)
     kind = kind_of(msg)
     if kind not in KINDS:
         raise ProtocolError(f"unknown message kind {kind!r}")
-    return Request(kind, msg, envelope(msg))
+    env = envelope(msg)
+    used = versions.negotiate(env.wire)
+    if isinstance(used, versions.NoCommon):
+        raise ProtocolError(f"the caller {used}")
+    return Request(kind, msg, env)
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 Request and reply are alike: ``{t: peers, nm: <own name>, k: [record, ...]}``, a
 record being ``{a: host, p: port, n: short id | nil, nm: name | nil, s: seconds
-since heard from}``. ``peerd doctor`` probes with ``{t: peers, k: []}``: no
-envelope, so the answerer records nothing about the prober.
+since heard from, V?: the wire versions it speaks (``versions``), when known}``.
+``peerd doctor`` probes with ``{t: peers, k: []}``: no envelope, so the answerer records nothing about the prober.
 
 Invariants: at most ``RECORDS_MAX`` records are taken from one message; each
 record is judged on its own: one whose host and port a ``--seed`` entry could
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from discovery.seeds import parse_address
 from discovery.source import SeedError
+from peerd.protocol import versions
 from peerd.protocol.wire import PEERS, SHORT, Msg, envelope, need, node_name
 
 RECORDS_MAX = 1000
@@ -36,9 +37,13 @@ class PeerRecord:
     node: bytes | None = None
     name: str | None = None
     seen_ago: float = 0.0  # seconds since the sender last heard from it (not used by a receiver)
+    wire: frozenset[int] | None = None  # the wire versions it speaks, as far as the sender knows
 
     def to_wire(self) -> Msg:
-        return {"a": self.host, "p": self.port, "n": self.node, "nm": self.name, "s": round(self.seen_ago, 1)}
+        out = {"a": self.host, "p": self.port, "n": self.node, "nm": self.name, "s": round(self.seen_ago, 1)}
+        if self.wire:
+            out[versions.KEY] = versions.mask(self.wire)
+        return out
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,8 @@ def _record(raw: object) -> PeerRecord | None:
     node = raw.get("n")
     if node is not None and not (isinstance(node, bytes) and len(node) == SHORT):
         return None
-    return PeerRecord(where.host, where.port, node, node_name(raw.get("nm")))
+    return PeerRecord(where.host, where.port, node, node_name(raw.get("nm")),
+                      wire=versions.from_mask(raw.get(versions.KEY)))
 
 
 def learn(msg: Msg) -> Learnt:

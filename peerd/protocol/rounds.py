@@ -4,16 +4,27 @@
   ``{d: digest(A vector)}``; reply ``{t: same}`` when the vectors (or digests) match, else
   ``{t: diff, v: B vector, pg?: page}`` (a page of what A lacks when A sent its vector).
 * ``pull``  A->B  ``{w: {origin: A seq}}`` for the origins A lacks -> ``{t: page, g, r, m}``
-* ``push``  A->B  ``{o: [op, ...], r?: 1}`` -> ``{t: ok, new: count}`` (``r``: sent by a round,
-  not a fresh write, so the receiver does not forward it)
+* ``push``  A->B  ``{o: [op, ...], r?: 1, c?: ranges}`` -> ``{t: ok, new: count}`` (``r``: sent by
+  a round, not a fresh write, so the receiver does not forward it; ``c``: the seq ranges per origin
+  the push covers, from wire 3 on, so that purged ops are known to be gone)
 
 A page (``pg`` of a ``diff``, or a ``page``) carries its ops in ``g``, grouped by origin so
 that each origin's key is said once (``peerd.protocol.grouping``); a push carries whole ops.
 
 Vectors and page ranges name origins by an 8-byte prefix of their key (ops
 themselves carry the full key), so an in-sync round costs a few dozen bytes.
-Invariants: a page holds every op of each origin in its stated range; a
-receiver's vector moves forward with every page it applies, so a round ends
+
+What the other side takes depends on the wire versions it states
+(``peerd.protocol.versions``): a peer of wire 3 or later takes every op and
+moves its vector over the ranges a page or push covers (purged ops are gone);
+a peer of wire 2 only (the first release) refuses a batch holding one op it
+does not know and reads no ranges, so it is served runs of ops it takes
+(``V1_RUN``) and pushed the rest past the gaps (``V1_ALL``), with ``pushed``
+marks (per origin: its seq when pushed, and the seq pushed through) so that a
+round does not offer the same ops again while its vector stays behind a gap it
+can never fill; a mark holds while the peer's seq has not gone back below it.
+Invariants: a page holds every op of each origin in its stated range that the
+sender still holds; a receiver's vector moves forward with every page it applies, so a round ends
 (a removed origin is wanted only up to its cutoff, so ops the receiver refuses
 never keep a round going);
 ``client_round`` never trusts a reply it has not checked. The envelope
@@ -26,6 +37,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from peerd.protocol import versions
 from peerd.protocol.grouping import group, ungroup
 from peerd.protocol.wire import (
     DIFF,
@@ -46,6 +58,8 @@ from peerd.protocol.wire import (
 from replica import vector as vec
 from replica.membership import cap_vector
 from replica.models import ApplyResult, Page
+from replica.ops import peek, read_stored
+from replica.sync import ALL, V1_ALL, V1_RUN
 
 FULL_VECTOR_MAX = 16  # send the whole vector up front when it has at most this many origins
 
@@ -53,8 +67,16 @@ FULL_VECTOR_MAX = 16  # send the whole vector up front when it has at most this 
 class SyncReplica(Protocol):
     def vector(self) -> dict[bytes, int]: ...
     def removed(self) -> dict[bytes, int]: ...
-    def ops_missing(self, theirs: Mapping[bytes, int], byte_budget: int) -> Page: ...
-    def apply(self, raws: Sequence[bytes]) -> ApplyResult: ...
+    def ops_missing(self, theirs: Mapping[bytes, int], byte_budget: int, mode: str = ALL) -> Page: ...
+    def apply(self, raws: Sequence[bytes], covered: Mapping[bytes, tuple[int, int]] | None = None) -> ApplyResult: ...
+
+
+Pushed = dict[bytes, tuple[int, int]]  # short origin -> (their seq then, pushed through): module docstring
+
+
+def serving_mode(msg: Msg) -> str:
+    """What to serve the sender of ``msg``: every op, or runs a first-release peer takes."""
+    return ALL if versions.takes_every_op(versions.stated(msg)) else V1_RUN
 
 
 def expand(theirs_short: Mapping[bytes, int], ours: Mapping[bytes, int], default_ours: bool) -> dict[bytes, int]:
@@ -117,7 +139,7 @@ def handle_sync(rep: SyncReplica, msg: Msg, budget: int) -> Msg:
         if theirs_short == mine:
             return {"t": SAME}
         reply: Msg = {"t": DIFF, "v": mine}
-        page = rep.ops_missing(expand(theirs_short, ours, default_ours=False), budget)
+        page = rep.ops_missing(expand(theirs_short, ours, default_ours=False), budget, serving_mode(msg))
         if page.ops:
             reply["pg"] = encode_page(page, implicit_when_complete=True)
         return reply
@@ -128,19 +150,41 @@ def handle_sync(rep: SyncReplica, msg: Msg, budget: int) -> Msg:
 
 def handle_pull(rep: SyncReplica, msg: Msg, budget: int) -> Msg:
     want = _short_vector(need(msg, "w", dict), "want")
-    page = rep.ops_missing(expand(want, rep.vector(), default_ours=True), budget)
+    page = rep.ops_missing(expand(want, rep.vector(), default_ours=True), budget, serving_mode(msg))
     return {"t": PAGE, **encode_page(page)}
 
 
 def handle_push(rep: SyncReplica, msg: Msg) -> tuple[Msg, ApplyResult]:
-    result = rep.apply(_ops(need(msg, "o", list)))
+    ops = _ops(need(msg, "o", list))
+    covered = _ranges(msg["c"]) if "c" in msg else {}
+    result = rep.apply(ops, _full_keys(covered, rep, ops) or None)
     return {"t": OK, "new": result.new}, result
+
+
+def first_release_takes(raws: Sequence[bytes]) -> list[bytes]:
+    """The ops of ``raws`` that a peer of the first release takes (held ops, verified on arrival)."""
+    return [raw for raw in raws if read_stored(raw).v1]
+
+
+def _full_keys(short_ranges: Mapping[bytes, tuple[int, int]], rep: SyncReplica,
+               ops: Sequence[bytes]) -> dict[bytes, tuple[int, int]]:
+    """Ranges by full origin key: the origins of ``ops`` and those we hold name them; a range of an
+    origin we know nothing of is left out (it is covered again by a later page)."""
+    if not short_ranges:
+        return {}
+    keys = {short(k): k for k in rep.vector()}
+    for raw in ops:
+        ident = peek(raw)
+        if ident is not None:
+            keys[short(ident[0])] = ident[0]
+    return {keys[s]: r for s, r in short_ranges.items() if s in keys}
 
 
 # -- client side ---------------------------------------------------------------------
 
 @dataclass
 class RoundResult:
+    wire: frozenset[int] = versions.FIRST_RELEASE  # the versions the answerer stated
     same: bool = False
     pulled: int = 0
     pushed: int = 0
@@ -150,7 +194,7 @@ class RoundResult:
 
 
 def sync_request(ours: Mapping[bytes, int]) -> Msg:
-    msg: Msg = {"t": SYNC}
+    msg: Msg = versions.state({"t": SYNC})
     if len(ours) <= FULL_VECTOR_MAX:
         msg["v"] = shorten(ours)
     else:
@@ -158,15 +202,20 @@ def sync_request(ours: Mapping[bytes, int]) -> Msg:
     return msg
 
 
-def _apply_page(rep: SyncReplica, raw: Any) -> tuple[int, bool]:
+def _apply_page(rep: SyncReplica, raw: Any, implicit: Mapping[bytes, tuple[int, int]] | None) -> tuple[int, bool]:
+    """Apply a page; ``implicit`` is None when the answerer reads no ranges (the first release), else
+    the ranges a complete sync page without ``r`` covers."""
     if not isinstance(raw, dict):
         raise ProtocolError("page is not a map")
     ops = ungroup(raw.get("g"))
-    _ranges(raw.get("r", {}))
+    ranges = _ranges(raw.get("r", {}))
     more = raw.get("m")
     if not isinstance(more, bool):
         raise ProtocolError("page lacks 'm'")
-    return (rep.apply(ops).new if ops else 0), more
+    covered = {} if implicit is None else _full_keys(ranges if "r" in raw else implicit, rep, ops)
+    if not ops and not covered:
+        return 0, more
+    return rep.apply(ops, covered or None).new, more
 
 
 def _wants(ours: Mapping[bytes, int], theirs_short: Mapping[bytes, int]) -> dict[bytes, int]:
@@ -174,12 +223,15 @@ def _wants(ours: Mapping[bytes, int], theirs_short: Mapping[bytes, int]) -> dict
     return {s: mine.get(s, 0) for s, n in theirs_short.items() if n > mine.get(s, 0)}
 
 
-def client_round(rep: SyncReplica, *, budget: int) -> Generator[Msg, Msg, RoundResult]:
+def client_round(rep: SyncReplica, *, budget: int, pushed: Pushed | None = None) -> Generator[Msg, Msg, RoundResult]:
     """One push-pull round as a generator: yields requests, is sent replies. The result
     carries our vector as the round ended, read in the round's last step (off the caller's
-    event loop when the caller steps the round on a worker thread)."""
+    event loop when the caller steps the round on a worker thread). ``pushed``: the marks kept
+    for this peer between rounds (used when it speaks only the first release's wire)."""
     res = RoundResult()
     reply = yield sync_request(rep.vector())
+    res.wire = versions.stated(reply) if isinstance(reply, dict) else versions.FIRST_RELEASE
+    every_op = versions.takes_every_op(res.wire)
     if need(reply, "t", str) == SAME:
         res.same = True
         res.ours = shorten(rep.vector())
@@ -189,16 +241,20 @@ def client_round(rep: SyncReplica, *, budget: int) -> Generator[Msg, Msg, RoundR
     res.their_vector = dict(theirs_short)
     more = bool(_wants(rep.vector(), theirs_short))
     if "pg" in reply:
-        n, more = _apply_page(rep, reply["pg"])
+        implicit = {s: (seq + 1, theirs_short[s]) for s, seq in _wants(rep.vector(), theirs_short).items()}
+        n, more = _apply_page(rep, reply["pg"], implicit if every_op else None)
         res.pulled += n
     while more and (wants := _wants(rep.vector(), theirs_short)):
-        reply = yield {"t": PULL, "w": wants}
+        reply = yield versions.state({"t": PULL, "w": wants})
         res.requests += 1
-        n, more = _apply_page(rep, reply)  # ops may all be known already (a concurrent round got them)
+        n, more = _apply_page(rep, reply, {} if every_op else None)  # ops may all be held already
         res.pulled += n
         if more and _wants(rep.vector(), theirs_short) == wants:
             raise ProtocolError("peer's page made no progress but claims more")
-    res.pushed, pushes = yield from _push_missing(rep, theirs_short, budget)
+    if every_op:
+        res.pushed, pushes = yield from _push_missing(rep, theirs_short, budget)
+    else:
+        res.pushed, pushes = yield from _push_v1(rep, theirs_short, budget, {} if pushed is None else pushed)
     res.requests += pushes
     res.ours = shorten(rep.vector())
     return res
@@ -207,13 +263,16 @@ def client_round(rep: SyncReplica, *, budget: int) -> Generator[Msg, Msg, RoundR
 def _push_missing(
     rep: SyncReplica, theirs_short: Mapping[bytes, int], budget: int
 ) -> Generator[Msg, Msg, tuple[int, int]]:
+    """Push a peer of wire 3 or later every op it lacks, with the ranges each push covers."""
     theirs = expand(theirs_short, rep.vector(), default_ours=False)
     pushed = requests = 0
     while True:
         page = rep.ops_missing(theirs, budget)
-        if not page.ops:
+        if not page.ops and not page.ranges:
             return pushed, requests
-        reply = yield {"t": PUSH, "o": page.ops, "r": 1}  # r: part of a round, not to be forwarded
+        cover = {short(k): list(r) for k, r in page.ranges.items()}
+        # r: part of a round, not to be forwarded
+        reply = yield versions.state({"t": PUSH, "o": page.ops, "r": 1, "c": cover})
         requests += 1
         if need(reply, "t", str) != OK:
             raise ProtocolError("push was not acknowledged")
@@ -221,6 +280,33 @@ def _push_missing(
         for origin, (_lo, hi) in page.ranges.items():
             theirs[origin] = hi
         if not page.more:
+            return pushed, requests
+
+
+def _push_v1(
+    rep: SyncReplica, theirs_short: Mapping[bytes, int], budget: int, marks: Pushed
+) -> Generator[Msg, Msg, tuple[int, int]]:
+    """Push a first-release peer every op it takes that it lacks, past the gaps it cannot fill (ops
+    it would refuse, purged ones); ``marks`` remember how far, while its vector stays where it was."""
+    theirs = expand(theirs_short, rep.vector(), default_ours=False)
+    at = dict(theirs)
+    for origin, seq in at.items():
+        mark = marks.get(short(origin))
+        if mark is not None and mark[0] <= seq:  # what it took it keeps, unless it started afresh
+            theirs[origin] = max(seq, mark[1])
+    pushed = requests = 0
+    while True:
+        page = rep.ops_missing(theirs, budget, V1_ALL)
+        if page.ops:
+            reply = yield versions.state({"t": PUSH, "o": page.ops, "r": 1})
+            requests += 1
+            if need(reply, "t", str) != OK:
+                raise ProtocolError("push was not acknowledged")
+            pushed += len(page.ops)
+        for origin, (_lo, hi) in page.ranges.items():  # taken (or nothing it takes was there)
+            theirs[origin] = hi
+            marks[short(origin)] = (at[origin], hi)
+        if not page.ops or not page.more:
             return pushed, requests
 
 
@@ -249,12 +335,12 @@ def kind_of(msg: Msg) -> str:
 
 
 def serve(rep: SyncReplica, msg: Msg, budget: int) -> Msg:
-    """Answer one round request (sync, pull or push) from ``rep``."""
+    """Answer one round request (sync, pull or push) from ``rep``; the reply states our versions."""
     kind = kind_of(msg)
     if kind == SYNC:
-        return handle_sync(rep, msg, budget)
+        return versions.state(handle_sync(rep, msg, budget))
     if kind == PULL:
-        return handle_pull(rep, msg, budget)
+        return versions.state(handle_pull(rep, msg, budget))
     if kind == PUSH:
-        return handle_push(rep, msg)[0]
+        return versions.state(handle_push(rep, msg)[0])
     raise ProtocolError(f"unknown message kind {kind!r}")

@@ -2,8 +2,9 @@
 
 A message is a map with string keys and a kind ``t``; byte strings are msgpack
 ``bin``. Every request carries the caller's envelope (``n`` its short id, ``p``
-its peer port; ``nm`` its name on ``peers``), every 200 reply the answerer's
-``n`` (and ``c``, its clock, on ``peers``).
+its peer port; ``nm`` its name on ``peers``; ``V`` the wire versions it speaks,
+``peerd.protocol.versions``), every 200 reply the answerer's ``n`` and ``V``
+(and ``c``, its clock, on ``peers``), every error reply its ``V``.
 
 A sealed peer message (``encode``/``decode``) is a head, then the other fields
 as a msgpack map (left out when there are none)::
@@ -36,10 +37,13 @@ from typing import Any, TypeGuard
 
 import msgpack
 
+from peerd.protocol import versions
 from replica.errors import RemoteError
 
 SHORT = 8
-PROTOCOL_VERSION = 2  # 2: the head codec, page ops grouped by origin
+# Wire 2: the head codec, page ops grouped by origin. Wire 3 (``versions``): the version statement
+# ``V``, pages and pushes that cover purged ops, ops of newer releases stored and relayed.
+PROTOCOL_VERSION = versions.NEWEST
 NAME_MAX = 64  # longest node name taken from a peer (liveness gossip, never stored)
 MAX_COUNT = 2**63 - 1  # seqs and counts a peer may name: SQLite's largest integer
 
@@ -114,7 +118,7 @@ def _head(data: bytes) -> tuple[Msg, int]:
         raise ProtocolError("empty message")
     head = data[0]
     if head & MAP_BIT:
-        raise ProtocolError(f"not a protocol {PROTOCOL_VERSION} message (a peer on an older peerd?)")
+        raise ProtocolError("not a peer message of wire 2 or later (a peer on an older peerd?)")
     kind = KIND_OF_CODE.get(head & CODE_BITS)
     if kind is None:
         raise ProtocolError(f"unknown message kind code {head & CODE_BITS}")
@@ -156,6 +160,7 @@ class Envelope:
     sender: bytes | None = None  # n: short node id
     port: int | None = None  # p: the port its peer server listens on
     name: str | None = None  # nm: the name it goes by (``peers`` only)
+    wire: frozenset[int] = versions.FIRST_RELEASE  # V: the wire versions it speaks
 
 
 def count(v: object) -> bool:
@@ -173,6 +178,7 @@ def envelope(msg: Msg) -> Envelope:
         sender=n if isinstance(n, bytes) and len(n) == SHORT else None,
         port=p if port_number(p) else None,
         name=node_name(msg.get("nm")),
+        wire=versions.stated(msg),
     )
 
 
@@ -183,20 +189,22 @@ def node_name(raw: object) -> str | None:
 
 def stamp(msg: Msg, *, me: bytes, port: int) -> Msg:
     """``msg`` with the caller's envelope (kept where the message already has it)."""
-    return {**msg, "n": msg.get("n", short(me)), "p": msg.get("p", port)}
+    return {**msg, "n": msg.get("n", short(me)), "p": msg.get("p", port),
+            versions.KEY: msg.get(versions.KEY, versions.OURS)}
 
 
 def sign_reply(reply: Msg, *, me: bytes, kind: str, clock_ms: int) -> Msg:
     """The answerer's fields on a 200 reply: its short id, and on ``peers`` its wall clock
     (milliseconds, for clock-skew checks: ``peerd doctor``)."""
     reply["n"] = short(me)
+    versions.state(reply)
     if kind == PEERS:
         reply["c"] = clock_ms
     return reply
 
 
 def error_reply(exc: Exception) -> Msg:
-    return {"t": ERROR, "e": str(exc)}
+    return versions.state({"t": ERROR, "e": str(exc)})
 
 
 def refusal(reply: Msg, status: int) -> str | None:
