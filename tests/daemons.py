@@ -13,6 +13,10 @@ Usage::
 
 Benchmarks (``bench/``) use the same ``Fleet`` and ``Daemon``.
 
+A daemon runs the current code's ``peerd`` (``PEERD``) unless given another executable:
+``fleet.add("old", executable=path)`` runs that one for ``peerd init`` and ``peerd run``, so
+one fleet can mix releases (``tests/baseline.py`` builds the baseline release's).
+
 Invariants:
 - Every daemon of a ``Fleet`` shares one fleet key unless given another, and
   gets its peer port up front (a free port found now, or an explicit one), so a
@@ -253,6 +257,7 @@ class Daemon:
         transport: Transport = direct_transport,
         log_level: str = "info",
         mdns: bool = False,
+        executable: Path = PEERD,
     ) -> None:
         self.name = name
         self.home = home
@@ -264,6 +269,7 @@ class Daemon:
         self.transport = transport
         self.log_level = log_level
         self.mdns = mdns
+        self.executable = executable
         self.seeds: list[str] = []
         self.log_path = home.with_name(f"{name}.log")
         self.proc: subprocess.Popen[bytes] | None = None
@@ -314,12 +320,13 @@ class Daemon:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def init_argv(self) -> list[str]:
-        return [str(PEERD), "init", "--home", str(self.home), "--name", self.name, "--fleet-key", self.fleet_key,
-                "--json"]
+        return [str(self.executable), "init", "--home", str(self.home), "--name", self.name,
+                "--fleet-key", self.fleet_key, "--json"]
 
     def run_argv(self) -> list[str]:
-        argv = [*self.exec_prefix, str(PEERD), "run", "--home", str(self.home), "--port", str(self.port),
-                "--local-port", "0", "--bind", self.bind, "--advertise", self.host, "--log-level", self.log_level]
+        argv = [*self.exec_prefix, str(self.executable), "run", "--home", str(self.home),
+                "--port", str(self.port), "--local-port", "0", "--bind", self.bind, "--advertise", self.host,
+                "--log-level", self.log_level]
         if not self.mdns:
             argv.append("--no-mdns")
         for seed in self.seeds:
@@ -496,7 +503,8 @@ class Fleet:
         seeds: Iterable[Daemon] = (),
         **options: Any,
     ) -> Daemon:
-        """A new daemon (not started) with its own home; its peer port is fixed now."""
+        """A new daemon (not started) with its own home; its peer port is fixed now. ``options`` go
+        to ``Daemon`` (``executable``, ``log_level``, ...)."""
         port = port if port is not None else free_ports(1, host)[0]
         daemon = Daemon(name, self.root / name, port, fleet_key or self.key, host=host, **options)
         daemon.seeds = [s.addr for s in seeds]
