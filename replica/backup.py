@@ -11,9 +11,9 @@ rollback journal so it is a single file, plus two tables added to the copy once 
 
 Invariants:
 * ``create`` never writes to the replica it copies (it is opened read-only) and never leaves a
-  partial file at the destination: the copy is built in a temporary file beside it, checked
-  (``quick_check``), synced, then linked into place; an existing file is replaced only with
-  ``force``.
+  partial file at the destination: the copy is built in a temporary file beside it (mode 0600),
+  checked (``quick_check``), synced, then linked into place; an existing file is replaced only
+  with ``force``.
 * ``inspect`` only reads, and says what is wrong with a file that is not a whole, sound backup
   this version can restore: not SQLite, shorter than its header says (truncated), no marker
   (not a backup), a newer format or schema, or a failed ``integrity_check``.
@@ -49,6 +49,7 @@ LOCK_TIMEOUT = 30.0  # seconds the copy may wait for a writer's lock (a checkpoi
 # A backup is read as a file nobody writes: no locks, and no -wal or -shm made beside it (a
 # foreign file given by mistake is left exactly as it was).
 FROZEN = "mode=ro&immutable=1"
+FILE_MODE = 0o600  # a backup holds what the home holds (the caller's files: peerd's hold the fleet key)
 
 
 class BadBackup(InvalidArgument):
@@ -97,6 +98,8 @@ def create(source: Path, dest: Path, files: Mapping[str, bytes], *, force: bool 
 
 
 def _copy(source: Path, tmp: Path, files: Mapping[str, bytes], now_ms: int) -> BackupInfo:
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))  # private before a byte is in it
+    os.chmod(tmp, FILE_MODE)  # os.open's mode is masked by the umask
     try:
         with closing(sqlite3.connect(_uri(source, "mode=ro"), uri=True, timeout=LOCK_TIMEOUT)) as src, \
                 closing(sqlite3.connect(tmp, isolation_level=None)) as dst:

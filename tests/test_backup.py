@@ -240,8 +240,9 @@ def test_backup_says_what_it_holds_and_that_it_holds_the_fleet_key(tmp_path: Pat
         "node_id": node["node_id"], "name": "alpha", "fleet_id": node["fleet_id"], "messages": 1,
         "holds_fleet_key": True, "schema_version": schema.LATEST}
     assert out["file"] == str(tmp_path / "b1") and out["bytes"] == (tmp_path / "b1").stat().st_size
+    assert (tmp_path / "b1").stat().st_mode & 0o777 == 0o600  # as private as config.toml
     text = peerd("backup", str(tmp_path / "b2"), home=home)
-    assert text.returncode == 0 and "holds the fleet key" in text.stdout and "1 messages" in text.stdout
+    assert text.returncode == 0 and "holds the fleet key" in text.stdout and "1 message, " in text.stdout
     assert backup.inspect(tmp_path / "b2").files["config.toml"] == (home / "config.toml").read_bytes()
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from peerd import home as homes
 from peerd.cli.errors import EXIT_FAIL, EXIT_NO_HOME, CliError
+from peerd.cli.format import plural
 from peerd.cli.setup import home_flag, no_home_message
 from peerd.config import Config, config_from_dict, decode_fleet_key, render_config
 
@@ -42,6 +43,10 @@ def _iso(ms: int) -> str:
     from replica import hlc  # noqa: PLC0415 - small; kept with the other replica imports of this module
 
     return hlc.to_iso(hlc.pack(ms))
+
+
+def _counts(messages: int, ops: int, nodes: int) -> str:
+    return f"{plural(messages, 'message')}, {plural(ops, 'op')} from {plural(nodes, 'node')}"
 
 
 # -- backup ---------------------------------------------------------------------------------------
@@ -65,8 +70,8 @@ def cmd_backup(args: argparse.Namespace) -> int:
             "holds_fleet_key": True}
     _emit(args, data, f"backed up {home} to {dest}\n"
                       f"  node    {cfg.name}  ({info.node.hex()[:16]})\n"
-                      f"  holds   {info.messages:,} messages, {info.ops:,} ops from {info.origins} node(s), "
-                      f"schema v{info.schema_version}, {info.size:,} bytes\n"
+                      f"  holds   {_counts(info.messages, info.ops, info.origins)}, schema v{info.schema_version}, "
+                      f"{info.size:,} bytes\n"
                       f"  secret  {SECRET_NOTE}\n"
                       f"  restore peerd restore {dest} --home NEW_HOME")
     return 0
@@ -112,9 +117,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
     _emit(args, data, f"restored {src} into {target}\n"
                       f"  node    {new_cfg.name}  ({ident.node_id[:16]}, a new node: the backup's node was "
                       f"{info.node.hex()[:16]})\n"
-                      f"  holds   {stats['messages']:,} messages, {stats['ops']:,} ops from {stats['origins']} "
-                      f"node(s), as of {_iso(info.created_ms)}; what the old node wrote later comes back from "
-                      "its peers\n"
+                      f"  holds   {_counts(stats['messages'], stats['ops'], stats['origins'])} as of "
+                      f"{_iso(info.created_ms)}; what the old node wrote later comes back from its peers\n"
                       f"  start   peerd run{flag}\n"
                       f"  secret  {target / homes.CONFIG_TOML} holds the fleet key, as the backup does\n"
                       f"  retire  if the old machine is gone for good, once this node has caught up, on a member: "
