@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from peerd import doctor, forks
 from peerd.config import load_config
 from replica import Replica, backup, identity, open_home, schema
 from tests.daemons import PEERD, Fleet, free_ports, integrity_check, message_ids, read_only, wait_until
@@ -385,3 +387,49 @@ def test_restore_into_a_home_that_exists_changes_nothing(home_and_backup: tuple[
     assert {p.name: p.read_bytes() for p in home.iterdir() if p.is_file()} == files
     missing = peerd("restore", str(file.with_name("no-such-file")), home=home.with_name("new"))
     assert missing.returncode == 1 and "no such file" in missing.stderr and not home.with_name("new").exists()
+
+
+# -- a home copied back by hand (not `peerd restore`): told once, behaviour unchanged ---------------------
+
+
+def test_own_history_ahead_is_only_a_peer_holding_more_of_our_own_ops() -> None:
+    """The rule: a peer's vector beyond our own newest seq, and nothing else, is a copy running behind itself."""
+    me, other = b"m" * 8, b"o" * 8
+    assert forks.own_ahead(me, "p:1", {me: 5, other: 9}, {me: 4, other: 1}) == forks.OwnAhead("p:1", 5, 4)
+    assert forks.own_ahead(me, "p:1", {me: 4, other: 9}, {me: 4}) is None  # others ahead of us: ordinary news
+    assert forks.own_ahead(me, "p:1", None, {me: 4}) is None  # the peer's vector was the same as ours
+    finding = doctor.membership_findings({"own_history_ahead": {"peer": "p:1", "theirs": 5, "ours": 4}})
+    assert [(f.check, f.status) for f in finding] == [("history", doctor.FAIL)]
+    assert "#5" in finding[0].detail and "peerd restore" in str(finding[0].fix)
+
+
+def test_a_home_copied_back_by_hand_is_reported_once_and_by_doctor(fleet: Fleet, tmp_path: Path) -> None:
+    """An old copy of a home put back by hand writes a number the fleet holds (b keeps its own op for it); the
+    daemon logs it once, shows it in its status, and `peerd doctor` fails with the fix."""
+    a, b = fleet.add("a"), fleet.add("b")
+    fleet.mesh()
+    fleet.start()
+    first = [a.send("alice", "bob", f"first {i}")["id"] for i in range(3)]
+    wait_until(lambda: all(b.has_message(m) for m in first), SPREAD, "a's first messages on b")
+    a.stop()
+    shutil.copytree(a.home, tmp_path / "copy")
+    a.start()
+    later = [a.send("alice", "bob", f"later {i}")["id"] for i in range(2)]
+    wait_until(lambda: all(b.has_message(m) for m in later), SPREAD, "a's later messages on b")
+    a.stop()
+    shutil.rmtree(a.home)
+    shutil.copytree(tmp_path / "copy", a.home)
+    forked = ok_json("send", "--from", "alice", "--to", "bob", "forked", home=a.home)["id"]
+    assert forked == later[0]  # the old copy's next number is one the fleet already holds
+    a.start()
+    ahead = wait_until(lambda: a.status()["own_history_ahead"], SPREAD, "the daemon noticing its own history ahead")
+    assert ahead["peer"] == b.addr and ahead["theirs"] > ahead["ours"]
+    rounds = a.status()["counters"]["rounds"]
+    wait_until(lambda: a.status()["counters"]["rounds"] >= rounds + 3, SPREAD, "more rounds with b")
+    assert a.log_text().count("is an older copy of itself") == 1
+    with read_only(b.db) as conn:
+        assert conn.execute("SELECT content FROM messages WHERE id = ?", (forked,)).fetchone()[0] == "later 0"
+    report = peerd("doctor", "--json", home=a.home)
+    assert report.returncode == 5, report.stdout
+    history = [f for f in json.loads(report.stdout)["findings"] if f["check"] == "history"]
+    assert [f["status"] for f in history] == ["fail"] and "peerd backup" in history[0]["fix"]
