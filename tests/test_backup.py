@@ -429,6 +429,8 @@ def test_a_home_copied_back_by_hand_is_reported_once_and_by_doctor(fleet: Fleet,
     assert a.log_text().count("is an older copy of itself") == 1
     with read_only(b.db) as conn:
         assert conn.execute("SELECT content FROM messages WHERE id = ?", (forked,)).fetchone()[0] == "later 0"
+    seq = int(forked.rsplit("-", 1)[1])
+    assert len(signed([a.db, b.db])[(bytes.fromhex(a.node_id), seq)]) == 2  # the fork the restore test rules out
     report = peerd("doctor", "--json", home=a.home)
     assert report.returncode == 5, report.stdout
     history = [f for f in json.loads(report.stdout)["findings"] if f["check"] == "history"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
@@ -31,6 +32,8 @@ from peerd.cli.errors import EXIT_FAIL, EXIT_NO_HOME, CliError
 from peerd.cli.format import plural
 from peerd.cli.setup import home_flag, no_home_message
 from peerd.config import Config, config_from_dict, decode_fleet_key, render_config
+from peerd.errors import ConfigError
+from replica import hlc
 
 SECRET_NOTE = "the file holds the fleet key: keep it as private as the home"
 
@@ -40,8 +43,6 @@ def _emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
 
 
 def _iso(ms: int) -> str:
-    from replica import hlc  # noqa: PLC0415 - small; kept with the other replica imports of this module
-
     return hlc.to_iso(hlc.pack(ms))
 
 
@@ -59,11 +60,12 @@ def cmd_backup(args: argparse.Namespace) -> int:
     cfg_path, db = homes.config_path(home), homes.replica_path(home)
     if not cfg_path.is_file():
         raise CliError(no_home_message(home, home_flag(args.home)), EXIT_NO_HOME)
-    cfg = _load(cfg_path.read_bytes(), str(cfg_path))
+    raw = cfg_path.read_bytes()
+    cfg = _load(raw, str(cfg_path))
     if not db.is_file():
         raise CliError(f"{home} holds no replica yet ({db.name}): nothing to back up", EXIT_NO_HOME)
     dest = Path(args.file).absolute()
-    info = backup.create(db, dest, {homes.CONFIG_TOML: cfg_path.read_bytes()}, force=args.force)
+    info = backup.create(db, dest, {homes.CONFIG_TOML: raw}, force=args.force)
     data = {"file": str(dest), "home": str(home), "node_id": info.node.hex(), "name": cfg.name,
             "fleet_id": cfg.fleet_id, "created": _iso(info.created_ms), "schema_version": info.schema_version,
             "messages": info.messages, "ops": info.ops, "origins": info.origins, "bytes": info.size,
@@ -79,8 +81,6 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 def _load(raw: bytes, where: str) -> Config:
     """The config a ``config.toml`` text holds; ConfigError (exit 1) naming ``where`` if it is bad."""
-    from peerd.errors import ConfigError  # noqa: PLC0415
-
     try:
         return config_from_dict(tomllib.loads(raw.decode("utf-8")))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError, ConfigError) as exc:
@@ -135,8 +135,6 @@ def _require_free(target: Path) -> None:
 def _config_text(raw: bytes, cfg: Config, *, name: str | None, fleet_key: str | None) -> str:
     """The backup's config.toml as it was, or rewritten with the new name or fleet key (the key
     the backup held then joins the keys the fleet used before)."""
-    import dataclasses  # noqa: PLC0415
-
     changes: dict[str, Any] = {}
     if name is not None:
         changes["name"] = name
