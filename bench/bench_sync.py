@@ -49,7 +49,7 @@ from replica import Replica, identity
 
 PAGE_BYTES = Config(name="bench", fleet_key=bytes(32)).page_bytes  # the daemon's default page budget
 IN_SYNC_TARGET = 256
-IN_SYNC_REQUEST_TARGET = 64  # the in-sync request: head, digest and seal
+IN_SYNC_REQUEST_TARGET = 68  # the in-sync request: head, digest, wire versions (3 B since wire 3) and seal
 CATCH_UP_FACTOR = 1.05
 ORIGINS = 4
 PUSH_FANOUT = Config(name="bench", fleet_key=bytes(32)).push_fanout

@@ -39,8 +39,8 @@ from typing import Any
 
 from discovery.netif import probe_mdns_port
 from discovery.seeds import format_seed
+from peerd import forks, protocol
 from peerd import home as homes
-from peerd import protocol
 from peerd.config import Config, load_config, normalize_seed, parse_seed
 from peerd.errors import ConfigError, DaemonError, SealError, TransportError
 from peerd.protocol import ProtocolError
@@ -319,7 +319,8 @@ def check_mdns(cfg: Config, status: dict[str, Any] | None, addresses: Sequence[s
 
 
 def membership_findings(status: dict[str, Any] | None) -> list[Finding]:
-    """Other fleets on this LAN, join requests waiting, this node removed (from the daemon's status)."""
+    """Other fleets on this LAN, join requests waiting, this node removed, its own history ahead of it
+    elsewhere (from the daemon's status)."""
     if status is None:
         return []
     out = []
@@ -330,6 +331,10 @@ def membership_findings(status: dict[str, Any] | None) -> list[Finding]:
     if status.get("join_requests"):
         out.append(Finding("fleet", WARN, "", f"{status['join_requests']} join request(s) wait for approval here",
                            "peerd requests, then peerd approve CODE (or peerd reject CODE)"))
+    ahead = status.get("own_history_ahead")
+    if isinstance(ahead, dict):
+        seen = forks.OwnAhead(str(ahead.get("peer")), int(ahead.get("theirs") or 0), int(ahead.get("ours") or 0))
+        out.append(Finding("history", FAIL, seen.peer, seen.message(), forks.FIX))
     for other in status.get("other_fleets") or []:
         nodes = ", ".join(f"{n.get('name') or n['node_id']} at {n['address']}" for n in other.get("nodes", []))
         out.append(Finding("fleet", WARN, other["fleet_id"], f"another peerd fleet is on this LAN ({nodes}); this "

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 from discovery import DiscoverySource, PeerCandidate, SeedError, SeedSource, parse_seed
 from discovery.source import Sighting
 from mcp_server.waiter import FeedWaiter
-from peerd import keyring, lan, memory, protocol
+from peerd import forks, keyring, lan, memory, protocol
 from peerd.config import DEFAULT_PORT, Config, fleet_id, new_fleet_key
 from peerd.errors import PeerError, SealError
 from peerd.indexer import keep_indexed
@@ -144,6 +144,7 @@ class Node:
         self._refusals = RateLog()
         self._flushes: set[asyncio.TimerHandle] = set()
         self.catchup: protocol.Progress | None = None
+        self.own_ahead: forks.OwnAhead | None = None  # a peer held more of our own ops than we did (peerd.forks)
         self.seeds: SeedSource | None = None
         self.mdns: MdnsSource | None = None
 
@@ -553,6 +554,7 @@ class Node:
         """One push-pull round with ``peer``; updates the peer table either way."""
         marks = dict(peer.pushed)  # the round runs on worker threads; the table is the loop's
         gen = protocol.client_round(self.rep, budget=self.cfg.page_bytes, pushed=marks)
+        before = await self._our_vector()
         try:
             req, result = await asyncio.to_thread(protocol.step, gen, None)
             while req is not None:
@@ -581,6 +583,9 @@ class Node:
             self.seeds.report_success(peer.host, peer.port)
         self._recovered(peer.addr, "sync")
         self._after_round(peer, result)
+        if self.own_ahead is None and (ahead := forks.own_ahead(self.me, peer.addr, result.their_vector, before)):
+            self.own_ahead = ahead
+            log.error("%s; to fix it: %s", ahead.message(), forks.FIX)
         if result.pulled >= TRIM_AFTER_PULLED:
             await asyncio.to_thread(memory.trim)  # a big pull leaves freed pages in malloc (peerd.memory)
         return result

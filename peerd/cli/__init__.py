@@ -5,7 +5,8 @@ Commands: ``init``, ``run``, ``stop``, ``mcp`` set up, serve and stop a node;
 machines into a fleet and take them out; ``status``, ``peers`` ask the running daemon; ``send``,
 ``inbox``, ``read``, ``log``, ``search``, ``threads``, ``profile`` and
 ``status MESSAGE_ID`` work through the running daemon, or straight on the
-replica file when none runs; ``hook`` prints a role's unread mail for Claude
+replica file when none runs; ``backup`` copies the home into one file (beside a running daemon
+or with none) and ``restore`` makes a new home, a new node, from one; ``hook`` prints a role's unread mail for Claude
 Code and Codex hooks (exit 0 even when it fails, 1 for a usage error: never 2,
 which would block the prompt); ``doctor`` checks the home, config, key, ports,
 mDNS, seeds, peers and clocks and says what to fix. Every command takes
@@ -27,7 +28,8 @@ The package's modules: ``errors`` (exit codes), ``format`` (pure text
 formatting), ``backends`` (the daemon's local API or the replica file),
 ``setup`` (opening a home without silent mistakes), ``commands`` (one
 function per command), ``pairing`` (the pairing and membership commands,
-with their parser) and ``parser``.
+with their parser), ``backup`` (``backup`` and ``restore``, with their
+parser) and ``parser``.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from typing import Any
 
 from peerd.cli import hook
 from peerd.cli.argparsing import Parser, add_mcp_command, global_options
+from peerd.cli.backup import add_backup_commands
 from peerd.cli.commands import (
     cmd_doctor,
     cmd_hook,
@@ -71,6 +72,7 @@ def _setup_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     s.set_defaults(fn=cmd_stop)
 
     add_mcp_command(sub, common)
+    add_backup_commands(sub, common)
 
 
 def _operator_commands(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -1,0 +1,46 @@
+"""Noticing a home that is an older copy of itself (restored by copying files, not ``peerd restore``).
+
+A node numbers its own ops in its own replica, so no peer can hold more of them than the node
+itself: every one is written here first. A peer whose vector holds this node's origin beyond the
+newest own seq this replica held when the round began therefore means this replica is an older copy
+of the node (a home copied back by hand, or one ``node.key`` run in two homes). Its writes since
+the copy took numbers the fleet already holds, and peers keep the op they saw first: a fork of its
+own history. The node is told once (an error in the log, ``own_history_ahead`` in its status,
+a failure in ``peerd doctor``) and goes on as before; the fix is a new node made from this home.
+
+Pure: values in, a value out; the node logs and keeps it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+FIX = ("make this home a new node: peerd backup FILE, then peerd restore FILE --home NEW_HOME, and run "
+       "NEW_HOME instead (nothing is lost: this node's ops stay, under its old id)")
+
+
+@dataclass(frozen=True)
+class OwnAhead:
+    """A peer held this node's own ops up to ``theirs`` while this replica held them up to ``ours``."""
+
+    peer: str
+    theirs: int
+    ours: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def message(self) -> str:
+        return (f"peer {self.peer} holds this node's own ops up to #{self.theirs}, but this replica held only "
+                f"up to #{self.ours}: this home is an older copy of itself (restored by copying files?), and "
+                f"what it wrote since took numbers the fleet already holds, which peers ignore")
+
+
+def own_ahead(me: bytes, peer: str, theirs: Mapping[bytes, int] | None,
+              ours_before: Mapping[bytes, int]) -> OwnAhead | None:
+    """What a round shows when ``theirs`` (a peer's vector) holds our origin ``me`` beyond
+    ``ours_before`` (our vector as the round began), else None. Vectors by the same ids (short or full)."""
+    t, o = (theirs or {}).get(me, 0), ours_before.get(me, 0)
+    return OwnAhead(peer, t, o) if t > o else None
