@@ -7,6 +7,7 @@ Invariants:
   keep coming.
 * Short steps: each worker-thread call is one short write transaction of at
   most ``INDEX_STEP`` ops, so writers interleave with a long catch-up.
+* Held back while a snapshot is being taken (``hold``): the snapshot's pages go first.
 * Search stays correct without it: ``search_messages`` and ``recent_senders``
   catch up by themselves before they query; this only keeps their backlog small.
 * A failing step (the store busy or full, or a bug) never ends the loop: it is
@@ -28,15 +29,19 @@ INDEX_STEP = 5000
 
 
 async def keep_indexed(rep: Replica, waiter: FeedWaiter, *, delay: float = INDEX_DELAY,
-                       step: int = INDEX_STEP) -> None:
-    """Index what lands, ``step`` ops at a time, ``delay`` seconds after each change; ends on close."""
+                       step: int = INDEX_STEP, hold: asyncio.Event | None = None) -> None:
+    """Index what lands, ``step`` ops at a time, ``delay`` seconds after each change; ends on close.
+    Each step first waits for ``hold`` to be set (a snapshot being taken holds indexing back)."""
     failed: set[str] = set()
     while not waiter.closed:
         await asyncio.sleep(delay)
         mark = waiter.mark
         try:
-            while await asyncio.to_thread(rep.catch_up_step, step):
-                pass
+            while True:
+                if hold is not None:
+                    await hold.wait()
+                if not await asyncio.to_thread(rep.catch_up_step, step):
+                    break
         except Exception as exc:
             kind = type(exc).__name__
             if kind not in failed:

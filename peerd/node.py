@@ -62,6 +62,7 @@ from peerd.pairing.host import PairingHost
 from peerd.peers import FAIL_THRESHOLD, Peer, PeerTable
 from peerd.protocol import Msg, Outcome, ProtocolError, RoundResult, versions
 from peerd.ratelog import RateLog, summary
+from peerd.snapshotting import Snapshotting
 from peerd.transport import Answer, HttpTransport, Transport
 from replica import Replica, vector
 from replica.errors import PeerdError, RemoteError, StoreError
@@ -147,6 +148,7 @@ class Node:
         self.own_ahead: forks.OwnAhead | None = None  # a peer held more of our own ops than we did (peerd.forks)
         self.seeds: SeedSource | None = None
         self.mdns: MdnsSource | None = None
+        self.snapshots = Snapshotting(self)  # taking, serving and checking snapshots (peerd.snapshotting)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -160,7 +162,8 @@ class Node:
         await self._start_discovery()
         self.spawn(self._gossip())
         self.spawn(self._pusher())
-        self.spawn(keep_indexed(self.rep, self.waiter))
+        self.spawn(keep_indexed(self.rep, self.waiter, hold=self.snapshots.idle))
+        self.snapshots.start()
         log.info("peer server on %s:%d, node %s", self.bind, self.peer_port, self.rep.node_id[:16])
 
     async def _start_discovery(self) -> None:
@@ -395,6 +398,8 @@ class Node:
         except ProtocolError as exc:
             return self._error(remote, exc, key)
         self._saw_inbound(remote, req.envelope)
+        if (early := await self.snapshots.answer(req, remote)) is not None:  # snapshots; rounds while taking one
+            return self._sealed(*early, key=key)
         try:
             out = await asyncio.to_thread(protocol.dispatch, self.rep, req, self._here(req))
         except RemoteError as exc:
@@ -556,6 +561,7 @@ class Node:
         gen = protocol.client_round(self.rep, budget=self.cfg.page_bytes, pushed=marks)
         before = await self._our_vector()
         try:
+            await self.snapshots.before_round(peer)  # far behind a peer of wire 3 or later: a snapshot first
             req, result = await asyncio.to_thread(protocol.step, gen, None)
             while req is not None:
                 reply = await self.call(peer, req)

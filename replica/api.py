@@ -4,8 +4,9 @@ Each area is a module of its own, built on ``core.ReplicaCore`` (store,
 identity, the write path): ``messaging`` (send, inbox, receipts, the log),
 ``search`` (full text, recent senders), ``profiles`` (profiles and agents),
 ``threads``, ``pending`` (mail not yet delivered, for pushes and hooks),
-``sync`` (vectors, pages of ops, apply, state checks), and ``fleet``
-(membership: admitting, removing, rotating the fleet key). The
+``sync`` (vectors, pages of ops, apply, state checks), ``snapshot`` and
+``vouching`` (serving and taking snapshots, checking afterwards what they let
+through), and ``fleet`` (membership: admitting, removing, rotating the fleet key). The
 argument checks they share are pure functions in ``checks``.
 
 Invariants (of every method, whichever area holds it):
@@ -33,9 +34,10 @@ from replica.pending import PendingMail
 from replica.search import Search
 from replica.store import Store
 from replica.threads import Threads
+from replica.vouching import Vouching
 
 
-class Replica(Messaging, PendingMail, Search, Threads, Fleet):
+class Replica(Messaging, PendingMail, Search, Threads, Vouching, Fleet):
     """One replica: a SQLite file (or ``:memory:``) plus this node's identity."""
 
     @classmethod

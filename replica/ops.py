@@ -175,8 +175,9 @@ def peek(raw: object) -> tuple[bytes, int] | None:
     return None
 
 
-def decode(raw: bytes) -> Op:
-    """Verify and decode one signed op; raise ``InvalidOp`` saying why not."""
+def decode(raw: bytes, *, verify: bool = True) -> Op:
+    """Verify and decode one signed op; raise ``InvalidOp`` saying why not. ``verify=False`` checks
+    everything but the signature (a snapshot page vouched for by a member: ``replica.bulk``)."""
     if not isinstance(raw, bytes | bytearray):
         raise InvalidOp("op is not bytes")
     raw = bytes(raw)
@@ -185,7 +186,9 @@ def decode(raw: bytes) -> Op:
     unsigned, sig, header = _unwrap(raw)
     _check_header(header)
     origin = header[1]
-    if not identity.verify(origin, unsigned, sig):
+    if not verify and len(sig) != identity.SIG_BYTES:  # checked later, so it must at least have the form
+        raise InvalidOp(f"signature is not {identity.SIG_BYTES} bytes")
+    if verify and not identity.verify(origin, unsigned, sig):
         raise InvalidOp("bad signature for its origin")
     return _judged(header, raw)
 

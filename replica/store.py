@@ -502,7 +502,7 @@ def _rebuild_registers(cur: sqlite3.Cursor) -> None:
     matter) into fresh projections."""
     for table in ("lww", "receipts", "profiles", "agents", "members", "threads", "first_seen"):
         cur.execute(f"DELETE FROM {table}")
-    for (blob,) in cur.execute("SELECT blob FROM ops").fetchall():
+    for (blob,) in cur.execute("SELECT blob FROM ops WHERE length(blob) > 0").fetchall():  # not retracted rows
         op = read_stored(bytes(blob))
         if op.kind == KIND_SET:
             for write in known_writes(op):

@@ -10,13 +10,14 @@ and schedules (``peerd.node``), through a transport (``peerd.transport``).
 * ``dispatch``  one request in, the reply and what the node must do out (the forwarding rule)
 * ``catchup``   catch-up accounting on vectors
 * ``versions``  which wire versions a peer speaks, and what two peers use
+* ``snapshot``  snapshots: a member far behind takes pages of a fixed point, signed by the answerer
 
 Invariants: nothing here does I/O, sleeps or touches asyncio; replica work goes
 through the ``SyncReplica`` calls only; every check of what a peer sent raises
 ``ProtocolError`` (a ``RemoteError``), never a library exception.
 """
 
-from peerd.protocol import versions
+from peerd.protocol import snapshot, versions
 from peerd.protocol.catchup import CATCHUP_REPORT, Progress, advance_known, behind, reply_vector, start_catchup
 from peerd.protocol.dispatch import KINDS, Here, Outcome, Request, decode_request, dispatch, forwarded
 from peerd.protocol.exchange import Learnt, PeerRecord, learn, peers_message, probe
@@ -51,6 +52,8 @@ from peerd.protocol.wire import (
     REKEY,
     SAME,
     SHORT,
+    SHOT,
+    SNAP,
     SYNC,
     Envelope,
     Msg,
@@ -85,6 +88,8 @@ __all__ = [
     "REKEY",
     "SAME",
     "SHORT",
+    "SHOT",
+    "SNAP",
     "SYNC",
     "Envelope",
     "Here",
@@ -126,6 +131,7 @@ __all__ = [
     "short",
     "shorten",
     "sign_reply",
+    "snapshot",
     "stamp",
     "start_catchup",
     "step",

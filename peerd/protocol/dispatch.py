@@ -5,7 +5,7 @@ the seal, calls ``decode_request``, runs ``dispatch`` (off its event loop: it
 reads and writes the replica), follows the ``Outcome`` (peer table, forwards,
 wake-ups), and seals ``Outcome.reply``.
 
-Invariants: a request is one of the four kinds, from a caller that speaks a
+Invariants: a request is one of ``KINDS``, from a caller that speaks a
 wire version in common, or a ``ProtocolError``; every reply carries the
 answerer's ``n`` and ``V``, and a ``peers`` reply its clock ``c``; the
 forwarding rule (``forwarded``) is stated once, here: a fresh push (no ``r``)
@@ -21,10 +21,22 @@ from dataclasses import dataclass, field
 from peerd.protocol import versions
 from peerd.protocol.exchange import Learnt, PeerRecord, learn, peers_message
 from peerd.protocol.rounds import SyncReplica, handle_push, kind_of, serve
-from peerd.protocol.wire import PEERS, PULL, PUSH, SYNC, Envelope, Msg, ProtocolError, decode, envelope, sign_reply
+from peerd.protocol.wire import (
+    PEERS,
+    PULL,
+    PUSH,
+    SNAP,
+    SYNC,
+    Envelope,
+    Msg,
+    ProtocolError,
+    decode,
+    envelope,
+    sign_reply,
+)
 from replica.models import ApplyResult
 
-KINDS = (SYNC, PULL, PUSH, PEERS)
+KINDS = (SYNC, PULL, PUSH, PEERS, SNAP)  # snap: answered by the node's snapshot server (peerd.snapshotting)
 
 
 @dataclass(frozen=True)

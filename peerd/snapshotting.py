@@ -1,0 +1,311 @@
+"""Snapshots, the node's side: when to take one, taking it (pipelined), serving them, and checking
+afterwards the signatures they let through. The wire is ``peerd.protocol.snapshot``, the replica's
+work ``replica.snapshot`` and ``replica.vouching``; ``peerd.node`` calls in at three places
+(``before_round``, ``answer``, ``start``).
+
+* **When.** Before a round with a peer, a node that may be behind it (first round with that peer
+  since start, none for ``PROBE_EVERY`` seconds, the peer's last vector far ahead, or a snapshot
+  from it left unfinished) asks the peer's vector: a ``sync`` carrying only a digest. When the peer
+  speaks wire 3 or later and holds at least ``SNAPSHOT_BEHIND`` ops we lack, we take a snapshot from
+  it; the ordinary round then follows and repairs the rest (ops written meanwhile). A peer of wire 2
+  is never asked; one that refuses to open a snapshot is not asked again for ``DECLINE_FOR`` seconds.
+* **While taking.** One snapshot at a time; our other rounds wait for it, and so does the search
+  indexer (``idle``); peers' rounds with us (``sync``, a round's ``push``) and their ``snap``
+  requests are answered 503 (busy), so nobody pushes us, op by op, what the snapshot brings.
+  Fresh pushes (new writes) are taken as always. The next page is asked for while one is stored.
+* **Afterwards.** The signatures the pages vouched for are checked in the background, at most about
+  ``CHECK_SHARE`` of one core; a forged op is dropped and fetched again (``replica.vouching``), and
+  the signer is named in the log, in ``peerd status`` and by ``peerd doctor``.
+
+Invariants: what goes wrong ends the snapshot, never the daemon: a peer's bad page is a
+``PeerError`` of the round (nothing of that page stored, the snapshot given up, that peer not asked
+again for ``DECLINE_FOR`` seconds); a lost connection keeps the snapshot, which the next round with
+that peer resumes from its cursor (or opens anew if the peer forgot it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from peerd import memory, protocol
+from peerd.errors import PeerError, TransportError
+from peerd.protocol import Msg, snapshot, versions
+from peerd.protocol.snapshot import Opening
+from replica import vector
+from replica.errors import PeerdError, RemoteError
+from replica.membership import cap_vector
+from replica.snapshot import Cursor, Taking
+
+if TYPE_CHECKING:
+    from peerd.node import Node
+    from peerd.peers import Peer
+
+log = logging.getLogger("peerd.snapshot")
+
+SNAPSHOT_BEHIND = 10_000  # ops we lack from one peer from which a snapshot beats a round
+PROBE_EVERY = 60.0
+DECLINE_FOR = 600.0
+PROGRESS_EVERY = 2.0
+CHECK_STEP = 2000  # signatures checked per step in the background
+CHECK_SHARE = 0.5  # of one core, at most
+BUSY = "busy taking a snapshot (catching up); try again in a minute"
+
+
+class _Gone(Exception):
+    """The peer no longer holds the snapshot we were taking."""
+
+
+class Snapshotting:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.shelf = snapshot.Shelf()
+        self.idle = asyncio.Event()  # set while no snapshot is being taken
+        self.idle.set()
+        self._lock = asyncio.Lock()
+        self._check = asyncio.Event()
+        self._probed: dict[str, float] = {}
+        self._declined: dict[str, float] = {}
+        self._told: set[str] = set()
+        self.taking: dict[str, Any] | None = None
+        self.unchecked = 0
+        self.checked = 0
+        self.forged: dict[str, int] = {}
+        self.served = 0
+        self.taken = 0
+        self._started = self._logged = 0.0
+
+    @property
+    def rep(self) -> Any:
+        return self.node.rep
+
+    def start(self) -> None:
+        self._check.set()
+        self.node.spawn(self._check_loop())
+
+    def status(self) -> dict[str, Any]:
+        prog = self.node.catchup
+        taking = None if self.taking is None else {**self.taking, **(prog.to_dict() if prog else {})}
+        return {"taking": taking, "unchecked": self.unchecked, "checked": self.checked, "forged": dict(self.forged),
+                "taken_ops": self.taken, "served_pages": self.served}
+
+    # -- deciding ---------------------------------------------------------------------------
+
+    async def before_round(self, peer: Peer) -> None:
+        """Take a snapshot from ``peer`` first if we are far behind it (module docstring); a failure
+        is a ``PeerError`` of the round."""
+        async with self._lock:
+            ours, held = await asyncio.to_thread(lambda: (self.rep.vector(), self.rep.snapshot_taking()))
+            resume = held if held is not None and held[0].peer == peer.addr else None
+            if not self._worth_asking(peer, ours, resume is not None):
+                return
+            far = await self._far_behind(peer, ours)
+            if not peer.takes_every_op or (resume is None and not far):
+                if held is not None and resume is None and not far:  # left by a peer gone since: rounds do the rest
+                    await asyncio.to_thread(self.rep.end_snapshot)
+                return
+            self.idle.clear()
+            try:
+                await self._take(peer, ours, resume)
+            except (RemoteError, PeerError) as exc:
+                if not isinstance(exc, TransportError):  # it answered, wrongly: give this snapshot up
+                    self._declined[peer.addr] = time.monotonic() + DECLINE_FOR
+                    await asyncio.to_thread(self.rep.end_snapshot)
+                raise PeerError(f"snapshot failed: {exc}", peer=peer.addr) from None
+            finally:
+                self.taking = None
+                self.idle.set()
+                self._check.set()
+
+    def _worth_asking(self, peer: Peer, ours: dict[bytes, int], resuming: bool) -> bool:
+        now = time.monotonic()
+        if (peer.wire is not None and not peer.takes_every_op) or now < self._declined.get(peer.addr, 0.0):
+            return False
+        if resuming or now - self._probed.get(peer.addr, -PROBE_EVERY) >= PROBE_EVERY:
+            return True
+        theirs = peer.their_vector
+        return theirs is not None and protocol.behind(theirs, protocol.shorten(ours)) >= SNAPSHOT_BEHIND
+
+    async def _far_behind(self, peer: Peer, ours: dict[bytes, int]) -> bool:
+        """Ask the peer's vector (a digest-only ``sync``: no page comes back); whether we lack at
+        least ``SNAPSHOT_BEHIND`` of its ops. Learns the wire it speaks too."""
+        self._probed[peer.addr] = time.monotonic()
+        reply = await self._call(peer, versions.state({"t": protocol.SYNC, "d": vector.digest(ours)}))
+        theirs = protocol.reply_vector(reply)
+        if reply.get("t") == protocol.SAME or theirs is None:
+            return False
+        removed = protocol.shorten(await asyncio.to_thread(self.rep.removed))
+        return protocol.behind(cap_vector(theirs, removed), protocol.shorten(ours)) >= SNAPSHOT_BEHIND
+
+    async def _call(self, peer: Peer, msg: Msg) -> Msg:
+        reply = await self.node.call(peer, msg)
+        answerer = protocol.envelope(reply).sender
+        if answerer == self.node.me:
+            self.node.table.drop_self(peer)
+            raise PeerError("is this node itself", peer=peer.addr)
+        self.node.table.succeeded(peer, time.monotonic(), answerer)
+        return reply
+
+    # -- taking -----------------------------------------------------------------------------
+
+    async def _take(self, peer: Peer, ours: dict[bytes, int], resume: tuple[Taking, Cursor | None] | None) -> None:
+        if resume is not None:
+            taking, cursor = resume
+            opening = Opening(taking.id, taking.signer, taking.point, [], cursor)
+            try:
+                await self._pages(peer, taking, opening, cursor, ours)
+                return
+            except _Gone:
+                log.info("%s no longer holds the snapshot we were taking from it; opening a new one", peer.addr)
+                ours = await asyncio.to_thread(self.rep.vector)
+        opened = await self._open(peer, ours)
+        if opened is not None:
+            try:
+                await self._pages(peer, *opened, ours)
+            except _Gone:
+                raise PeerError("forgot the snapshot it had just opened") from None
+
+    async def _open(self, peer: Peer, ours: dict[bytes, int]) -> tuple[Taking, Opening, Cursor | None] | None:
+        try:
+            reply = await self._call(peer, snapshot.open_request(ours))
+        except TransportError:
+            raise
+        except PeerError as exc:  # it does not offer one now: the round syncs as always
+            self._declined[peer.addr] = time.monotonic() + DECLINE_FOR
+            log.info("%s offers no snapshot now (%s); syncing by rounds", peer.addr, exc)
+            return None
+        opening = snapshot.check_opening(reply, ours, protocol.envelope(reply).sender)
+        why = await asyncio.to_thread(self.rep.signer_standing, opening.signer, opening.fleet_ops)
+        if why is not None:
+            raise protocol.ProtocolError(f"its signer is not a member of this fleet: {why}")
+        taking = Taking(peer.addr, opening.id, opening.signer, opening.point, time.time())
+        await asyncio.to_thread(self.rep.begin_snapshot, taking, opening.cursor, opening.fleet_ops)
+        return taking, opening, opening.cursor
+
+    async def _pages(self, peer: Peer, taking: Taking, opening: Opening, cursor: Cursor | None,
+                     ours: dict[bytes, int]) -> None:
+        """Take the pages from ``cursor`` on, asking for the next while storing the last."""
+        self._began(peer, taking, ours)
+        fetch = None if cursor is None else asyncio.ensure_future(self._page(peer, taking.id, cursor))
+        stored = 0
+        try:
+            while fetch is not None and cursor is not None:
+                reply = await fetch
+                checked = await asyncio.to_thread(snapshot.check_page, reply, opening, cursor,
+                                                  protocol.envelope(reply).sender)
+                fetch = None if checked.next is None else asyncio.ensure_future(
+                    self._page(peer, taking.id, checked.next))
+                result = await asyncio.to_thread(self.rep.take_page, taking, checked.ops, checked.covered, checked.next)
+                stored += result.new
+                self.taken += result.new
+                self.node.counters["pulled_ops"] += result.new
+                cursor = checked.next
+                await self._progress()
+            if cursor is None and fetch is None and opening.cursor is None:
+                await asyncio.to_thread(self.rep.end_snapshot)  # nothing to take: the opening said so
+        finally:
+            if fetch is not None:
+                fetch.cancel()
+                with contextlib.suppress(BaseException):
+                    await fetch
+            await asyncio.to_thread(memory.trim)  # pages of ops freed (peerd.memory)
+        took = time.monotonic() - self._started
+        log.info("took the snapshot from %s: %d ops stored in %.1f s (%.0f ops/s); their signatures are "
+                 "checked in the background", peer.addr, stored, took, stored / max(took, 1e-6))
+
+    async def _page(self, peer: Peer, sid: bytes, cursor: Cursor) -> Msg:
+        reply = await self._call(peer, snapshot.page_request(sid, cursor))
+        if snapshot.gone(reply):
+            raise _Gone
+        return reply
+
+    def _began(self, peer: Peer, taking: Taking, ours: dict[bytes, int]) -> None:
+        tops = {protocol.short(k): t for k, t in zip(taking.point.origins, taking.point.tops, strict=True)}
+        prog = protocol.Progress(peer.addr, protocol.behind(tops, protocol.shorten(ours)), tops)
+        self.node.catchup = prog  # the round that follows reports it done (peerd status, the log)
+        self._started = prog.started
+        self._logged = prog.started
+        self.taking = {"peer": peer.addr, "signer": taking.signer.hex(), "id": taking.id.hex()}
+        log.info("taking a snapshot from %s (signed by %s): %d ops to take", peer.addr, taking.signer.hex()[:16],
+                 prog.total)
+
+    async def _progress(self) -> None:
+        prog = self.node.catchup
+        if prog is None:
+            return
+        prog.advance(protocol.shorten(await asyncio.to_thread(self.rep.vector)))
+        if time.monotonic() - self._logged >= PROGRESS_EVERY:
+            self._logged = time.monotonic()
+            d = prog.to_dict()
+            log.info("taking a snapshot from %s: %s%% (%d/%d ops, %s ops/s, ETA %s s)", d["peer"], d["percent"],
+                     d["done"], d["total"], d["rate"], d["eta"])
+
+    # -- serving ----------------------------------------------------------------------------
+
+    async def answer(self, req: protocol.Request, remote: str) -> tuple[Msg, int] | None:
+        """The answer to ``req`` when it is ours to give: a ``snap`` request, or a round refused while
+        we take a snapshot (503); None for every other request."""
+        if not self.idle.is_set() and (req.kind in (protocol.SYNC, protocol.SNAP)
+                                       or (req.kind == protocol.PUSH and req.msg.get("r"))):
+            return protocol.error_reply(RuntimeError(BUSY)), 503
+        if req.kind != protocol.SNAP:
+            return None
+        try:
+            reply = await asyncio.to_thread(
+                snapshot.serve, self.rep, req.msg, self.shelf, budget=self.node.cfg.page_bytes, sign=self._sign,
+                signer=self.rep.node_key, now=time.monotonic(), token=os.urandom(snapshot.ID_BYTES))
+        except snapshot.Unavailable as exc:
+            return protocol.error_reply(exc), 503
+        except RemoteError as exc:
+            self.node.refuse(remote, str(exc))
+            return protocol.error_reply(exc), 400
+        self.served += 1
+        versions.state(reply)
+        return protocol.sign_reply(reply, me=self.node.me, kind=protocol.SHOT, clock_ms=0), 200
+
+    def _sign(self, data: bytes) -> bytes:
+        return bytes(self.rep.signing_key.sign(data).signature)
+
+    # -- checking afterwards ------------------------------------------------------------------
+
+    async def _check_loop(self) -> None:
+        """Check what snapshots vouched for, a step at a time, whenever no snapshot is being taken."""
+        while True:
+            await self._check.wait()
+            self._check.clear()
+            try:
+                self.unchecked = await asyncio.to_thread(self.rep.vouched_left)
+                self.forged = await asyncio.to_thread(self.rep.forged_by)
+                while await self._check_step():
+                    pass
+            except Exception as exc:  # the store failed for now, or a bug: the next snapshot tries again
+                kind = type(exc).__name__
+                if kind not in self._told:
+                    self._told.add(kind)
+                    log.error("checking snapshot signatures failed (retried later): %s", exc,
+                              exc_info=None if isinstance(exc, PeerdError) else exc)
+
+    async def _check_step(self) -> bool:
+        await self.idle.wait()
+        began = time.monotonic()
+        step = await asyncio.to_thread(self.rep.check_vouched, CHECK_STEP)
+        if step is None:
+            self.unchecked = 0
+            return False
+        self.unchecked, self.checked = step.left, self.checked + step.checked
+        who = step.signer.hex()
+        if step.forged:
+            self.forged = await asyncio.to_thread(self.rep.forged_by)
+            log.error("%d ops that node %s vouched for in a snapshot do not verify (first: origin %s seq %d): "
+                      "dropped, and fetched again from peers; that member sent forged ops: check it, and remove "
+                      "it (peerd remove %s) if it is not yours", len(step.forged), who[:16],
+                      step.forged[0][0].hex()[:16], step.forged[0][1], who[:16])
+        if step.left == 0:
+            log.info("checked the signatures of the ops node %s vouched for: %s", who[:16],
+                     f"{self.forged[who]} forged, dropped" if self.forged.get(who) else "all genuine")
+        await asyncio.sleep((time.monotonic() - began) * (1 / CHECK_SHARE - 1))  # leave the core to others
+        return True
