@@ -157,7 +157,7 @@ class Snapshotting:
             taking, cursor = resume
             opening = Opening(taking.id, taking.signer, taking.point, [], cursor)
             try:
-                await self._pages(peer, taking, opening, cursor, ours)
+                await self._pages(peer, taking, opening, cursor, ours, resumed=True)
                 return
             except _Gone:
                 log.info("%s no longer holds the snapshot we were taking from it; opening a new one", peer.addr)
@@ -187,9 +187,9 @@ class Snapshotting:
         return taking, opening, opening.cursor
 
     async def _pages(self, peer: Peer, taking: Taking, opening: Opening, cursor: Cursor | None,
-                     ours: dict[bytes, int]) -> None:
+                     ours: dict[bytes, int], *, resumed: bool = False) -> None:
         """Take the pages from ``cursor`` on, asking for the next while storing the last."""
-        self._began(peer, taking, ours)
+        self._began(peer, taking, ours, resumed)
         fetch = None if cursor is None else asyncio.ensure_future(self._page(peer, taking.id, cursor))
         stored = 0
         try:
@@ -223,15 +223,15 @@ class Snapshotting:
             raise _Gone
         return reply
 
-    def _began(self, peer: Peer, taking: Taking, ours: dict[bytes, int]) -> None:
+    def _began(self, peer: Peer, taking: Taking, ours: dict[bytes, int], resumed: bool) -> None:
         tops = {protocol.short(k): t for k, t in zip(taking.point.origins, taking.point.tops, strict=True)}
         prog = protocol.Progress(peer.addr, protocol.behind(tops, protocol.shorten(ours)), tops)
         self.node.catchup = prog  # the round that follows reports it done (peerd status, the log)
         self._started = prog.started
         self._logged = prog.started
         self.taking = {"peer": peer.addr, "signer": taking.signer.hex(), "id": taking.id.hex()}
-        log.info("taking a snapshot from %s (signed by %s): %d ops to take", peer.addr, taking.signer.hex()[:16],
-                 prog.total)
+        log.info("%s from %s (signed by %s): %d ops to take", "resuming the snapshot" if resumed else
+                 "taking a snapshot", peer.addr, taking.signer.hex()[:16], prog.total)
 
     async def _progress(self) -> None:
         prog = self.node.catchup

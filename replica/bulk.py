@@ -27,8 +27,10 @@ from typing import Any
 
 from replica import firstseen, routing, store
 from replica.hlc import wall_of
+from replica.ids import receipt_id
+from replica.lww import join_key
 from replica.names import name_key
-from replica.ops import KIND_MSG, KNOWN_KINDS, Op, level_of, message_id
+from replica.ops import KIND_MSG, KIND_SET, KNOWN_KINDS, Op, known_writes, level_of, message_id
 from replica.stamps import session_day
 
 _INSERT_MSG = (
@@ -38,6 +40,14 @@ _INSERT_MSG = (
 )
 _INSERT_OTHER = "INSERT INTO ops(lseq, oid, seq, blob, hlc, arrived, v1, newer) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 _ROUTE = "INSERT OR IGNORE INTO routes(role, lseq) VALUES (?, ?)"
+# A receipt write's projection, made only when its register write won (the register holds it now).
+_RECEIPT = (
+    "INSERT INTO receipts(msg_id, role, inst, rid, {col}) SELECT ?1, ?2, ?3, ?4, ?5"
+    " WHERE EXISTS (SELECT 1 FROM lww WHERE tbl = 'rcpt' AND k = ?6 AND f = ?7 AND hlc = ?8 AND origin = ?9)"
+    " ON CONFLICT(msg_id, role, inst) DO UPDATE SET {col} = excluded.{col}"
+)
+_RECEIPT_COLUMNS = {"d": "delivered", "r": "read"}
+Write = tuple[list[Any], int, bytes]  # a register write, the stamp and origin of its op
 
 
 class _Keys:
@@ -131,9 +141,43 @@ def _project(cur: sqlite3.Cursor, batch: Sequence[tuple[int, Op]], lseqs: Sequen
     for role, at in seen.items():
         firstseen.record(cur, role, at)
     _settle_retracted(cur, by_origin)
+    receipts: list[Write] = []
     for lseq, op in rest:
-        if op.kind in KNOWN_KINDS:
+        if op.kind == KIND_SET:
+            _writes(cur, op, keys, receipts)
+        elif op.kind in KNOWN_KINDS:
             store.materialize(cur, lseq, op)
+    _receipts(cur, receipts, keys)
+
+
+def _writes(cur: sqlite3.Cursor, op: Op, keys: _Keys, receipts: list[Write]) -> None:
+    """A set op's projections (``store.materialize``), its receipt writes kept for ``_receipts``."""
+    for write in known_writes(op):
+        if write[0] == "rcpt" and write[2] in _RECEIPT_COLUMNS:
+            receipts.append((write, op.hlc, op.origin))
+        elif write[0] != firstseen.TABLE:  # a min-register, not last-writer-wins
+            store.put_register(cur, write, op.hlc, op.origin)
+    for role, at in firstseen.sightings(op):
+        firstseen.record(cur, role, at)
+
+
+def _receipts(cur: sqlite3.Cursor, writes: Sequence[Write], keys: _Keys) -> None:
+    """Receipt writes, most of a fleet's register writes, in a few statements: the winner of each
+    register among them (last writer wins: the order does not matter), then one upsert per winner
+    and its projection where it won (``store.put_register`` for each, in effect)."""
+    best: dict[tuple[str, str], tuple[int, bytes, list[str], Any]] = {}
+    for (_table, raw_key, field, value), hlc, origin in writes:
+        key = [raw_key[0], keys.name(raw_key[1]), keys.name(raw_key[2]) if raw_key[2] else ""]
+        slot = (join_key(key), field)
+        held = best.get(slot)
+        if held is None or (hlc, origin) > (held[0], held[1]):
+            best[slot] = (hlc, origin, key, value)
+    cur.executemany(store._LWW_UPSERT, [("rcpt", k, f, v, hlc, origin)
+                                         for (k, f), (hlc, origin, _key, v) in best.items()])
+    for field, col in _RECEIPT_COLUMNS.items():
+        cur.executemany(_RECEIPT.format(col=col), [
+            (key[0], key[1], key[2], receipt_id(*key), v, k, f, hlc, origin)
+            for (k, f), (hlc, origin, key, v) in best.items() if f == field])
 
 
 def _settle_retracted(cur: sqlite3.Cursor, ids: Mapping[bytes, Sequence[str]]) -> None:
