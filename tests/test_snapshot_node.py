@@ -48,7 +48,7 @@ async def test_a_new_node_far_behind_takes_a_snapshot_then_syncs_by_rounds(fleet
     assert b.snapshots.taken >= 150
     assert sent(fleet, "snap", a), "b asked a for a snapshot"
     assert not [m for m in sent(fleet, "pull", a)], "b pulled nothing op by op"
-    assert "took the snapshot from" in caplog.text
+    await eventually(lambda: "took the snapshot from" in caplog.text, 10, "the snapshot's last line logged")
     later = await asyncio.to_thread(a.rep.send_message, "late", "team", "after the snapshot")
     await eventually(lambda: b.rep.state_digest() == a.rep.state_digest(), 20, "the later message on b")
     assert b.rep.get_message(later.id).content == "after the snapshot"
