@@ -10,6 +10,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import sys
 import time
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 PASS = "PASS"
 MISS = "MISS"
@@ -191,3 +193,40 @@ async def floor_http(payload_file: Path) -> tuple[asyncio.subprocess.Process, st
     assert proc.stdout is not None
     port = int((await proc.stdout.readline()).decode())
     return proc, f"http://127.0.0.1:{port}/mcp"
+
+
+# -- memory of a daemon against the MCP SDK's floor ------------------------------------------------
+
+
+def rss_mb(pid: int) -> tuple[float, float]:
+    """Resident set size and its peak (VmRSS, VmHWM) of a process, in MB."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+async def mcp_checks(url: str, count: int, role: str) -> dict[str, Any]:
+    """``count`` check_messages calls (limit 50) for ``role`` over MCP at ``url``; the last call's
+    structured result."""
+    from mcp import Client  # noqa: PLC0415 - only the memory figures need the SDK
+
+    last: dict[str, Any] = {}
+    async with Client(url) as client:
+        for _ in range(count):
+            result = await client.call_tool("check_messages", {"recipient": role, "limit": 50})
+            assert not result.is_error, result.content
+            last = result.structured_content or {}
+    return last
+
+
+async def floor_rss(root: Path, payload: dict[str, Any], count: int, role: str) -> float:
+    """RSS (MB) of a bare MCP server over HTTP (``mcp_floor.py``: the same SDK and transport) after
+    the same ``count`` check_messages calls, each returning ``payload``."""
+    payload_file = root / "floor-payloads.json"
+    payload_file.write_text(json.dumps({"check_messages": payload}))
+    proc, url = await floor_http(payload_file)
+    try:
+        await mcp_checks(url, count, role)
+        return rss_mb(proc.pid)[0]
+    finally:
+        proc.terminate()
+        await proc.wait()

@@ -35,7 +35,6 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import json
 import os
 import statistics
 import sys
@@ -52,7 +51,20 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from _util import Figure, at_most, floor_http, fmt, note, percentile, print_summary, report, section, stopwatch  # noqa: E402
+from _util import (  # noqa: E402
+    Figure,
+    at_most,
+    floor_rss,
+    fmt,
+    mcp_checks,
+    note,
+    percentile,
+    print_summary,
+    report,
+    rss_mb,
+    section,
+    stopwatch,
+)
 from sim import apply_in_batches, workload  # noqa: E402
 
 from peerd.config import encode_fleet_key, new_fleet_key  # noqa: E402
@@ -436,39 +448,6 @@ async def bench_spread(bench: Bench, sizes: Sizes, hop_s: float) -> list[Figure]
 # -- 6. memory -----------------------------------------------------------------------------------
 
 
-def rss_mb(pid: int) -> tuple[float, float]:
-    """Resident set size and its peak (VmRSS, VmHWM) of a process, in MB."""
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
-
-
-async def mcp_checks(url: str, count: int) -> dict[str, Any]:
-    """``count`` check_messages calls over MCP at ``url``; the last call's structured result."""
-    from mcp import Client  # noqa: PLC0415 - only this figure needs the SDK
-
-    last: dict[str, Any] = {}
-    async with Client(url) as client:
-        for _ in range(count):
-            result = await client.call_tool("check_messages", {"recipient": ROLE, "limit": 50})
-            assert not result.is_error, result.content
-            last = result.structured_content or {}
-    return last
-
-
-async def floor_rss(root: Path, payload: dict[str, Any]) -> float:
-    """RSS (MB) of a bare MCP server over HTTP (``mcp_floor.py``: the same SDK and transport) after
-    the same ``RSS_CHECKS`` check_messages calls, each returning ``payload``."""
-    payload_file = root / "floor-payloads.json"
-    payload_file.write_text(json.dumps({"check_messages": payload}))
-    proc, url = await floor_http(payload_file)
-    try:
-        await mcp_checks(url, RSS_CHECKS)
-        return rss_mb(proc.pid)[0]
-    finally:
-        proc.terminate()
-        await proc.wait()
-
-
 async def bench_memory(bench: Bench, sizes: Sizes) -> list[Figure]:
     n = sizes.rss_messages
     section(f"6. daemon memory: idle, then with {n:,} messages caught up and {RSS_CHECKS:,} MCP check_messages")
@@ -490,10 +469,10 @@ async def bench_memory(bench: Bench, sizes: Sizes) -> list[Figure]:
     with stopwatch() as caught:
         await wait_ops(bench, dst, want, 900)
     note(f"caught up {want:,} ops in {fmt(caught.seconds)} s; RSS then {fmt(rss_mb(pid)[0])} MB")
-    payload = await mcp_checks(dst.info["mcp_url"], RSS_CHECKS)
+    payload = await mcp_checks(dst.info["mcp_url"], RSS_CHECKS, ROLE)
     loaded, peak = rss_mb(pid)
     note(f"after {RSS_CHECKS:,} check_messages over MCP: RSS {fmt(loaded)} MB, peak {fmt(peak)} MB")
-    floor = await floor_rss(bench.fleet.root, payload)
+    floor = await floor_rss(bench.fleet.root, payload, RSS_CHECKS, ROLE)
     note(f"floor: a bare MCP server (same SDK, HTTP) after the same {RSS_CHECKS:,} calls and payload: "
          f"{fmt(floor)} MB; peerd's own part above it: {fmt(loaded - floor)} MB")
     figures.append(report(Figure(f"daemon RSS, {n:,} messages, after catch-up and {RSS_CHECKS:,} checks", loaded,

@@ -335,6 +335,10 @@ def membership_findings(status: dict[str, Any] | None) -> list[Finding]:
     if isinstance(ahead, dict):
         seen = forks.OwnAhead(str(ahead.get("peer")), int(ahead.get("theirs") or 0), int(ahead.get("ours") or 0))
         out.append(Finding("history", FAIL, seen.peer, seen.message(), forks.FIX))
+    for signer, n in ((status.get("snapshot") or {}).get("forged") or {}).items():  # peerd.snapshotting
+        out.append(Finding("snapshot", FAIL, signer[:16], f"{n:,} ops this member vouched for in a snapshot did not "
+                           "verify (dropped here, and fetched again): it forged them",
+                           f"check that machine; if it is not yours, remove it: peerd remove {signer[:16]}"))
     for other in status.get("other_fleets") or []:
         nodes = ", ".join(f"{n.get('name') or n['node_id']} at {n['address']}" for n in other.get("nodes", []))
         out.append(Finding("fleet", WARN, other["fleet_id"], f"another peerd fleet is on this LAN ({nodes}); this "

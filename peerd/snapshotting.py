@@ -8,7 +8,8 @@ work ``replica.snapshot`` and ``replica.vouching``; ``peerd.node`` calls in at t
   from it left unfinished) asks the peer's vector: a ``sync`` carrying only a digest. When the peer
   speaks wire 3 or later and holds at least ``SNAPSHOT_BEHIND`` ops we lack, we take a snapshot from
   it; the ordinary round then follows and repairs the rest (ops written meanwhile). A peer of wire 2
-  is never asked; one that refuses to open a snapshot is not asked again for ``DECLINE_FOR`` seconds.
+  is never asked; one that refuses to open a snapshot is not asked again for ``DECLINE_FOR`` seconds,
+  one whose snapshot failed its checks for ``DECLINE_BAD``.
 * **While taking.** One snapshot at a time; our other rounds wait for it, and so does the search
   indexer (``idle``); peers' rounds with us (``sync``, a round's ``push``) and their ``snap``
   requests are answered 503 (busy), so nobody pushes us, op by op, what the snapshot brings.
@@ -19,7 +20,7 @@ work ``replica.snapshot`` and ``replica.vouching``; ``peerd.node`` calls in at t
 
 Invariants: what goes wrong ends the snapshot, never the daemon: a peer's bad page is a
 ``PeerError`` of the round (nothing of that page stored, the snapshot given up, that peer not asked
-again for ``DECLINE_FOR`` seconds); a lost connection keeps the snapshot, which the next round with
+again for ``DECLINE_BAD`` seconds); a lost connection keeps the snapshot, which the next round with
 that peer resumes from its cursor (or opens anew if the peer forgot it).
 """
 
@@ -39,7 +40,9 @@ from peerd.protocol.snapshot import Opening
 from replica import vector
 from replica.errors import PeerdError, RemoteError
 from replica.membership import cap_vector
-from replica.snapshot import Cursor, Taking
+from replica.models import ApplyResult
+from replica.snapshot import Cursor, Prepared, Taking
+from replica.vouching import VouchCheck
 
 if TYPE_CHECKING:
     from peerd.node import Node
@@ -49,7 +52,8 @@ log = logging.getLogger("peerd.snapshot")
 
 SNAPSHOT_BEHIND = 10_000  # ops we lack from one peer from which a snapshot beats a round
 PROBE_EVERY = 60.0
-DECLINE_FOR = 600.0
+DECLINE_FOR = 120.0  # a peer that offers no snapshot now is not asked again for this long
+DECLINE_BAD = 600.0  # nor, for longer, one whose snapshot failed its checks
 PROGRESS_EVERY = 2.0
 CHECK_STEP = 2000  # signatures checked per step in the background
 CHECK_SHARE = 0.5  # of one core, at most
@@ -97,13 +101,17 @@ class Snapshotting:
 
     async def before_round(self, peer: Peer) -> None:
         """Take a snapshot from ``peer`` first if we are far behind it (module docstring); a failure
-        is a ``PeerError`` of the round."""
+        is a ``PeerError`` of the round. Asking the peer's vector holds nobody up: only taking a
+        snapshot is one at a time, and every round waits while one is taken."""
+        await self.idle.wait()
+        ours, held = await asyncio.to_thread(lambda: (self.rep.vector(), self.rep.snapshot_taking()))
+        resume = held if held is not None and held[0].peer == peer.addr else None
+        if not self._worth_asking(peer, ours, resume is not None):
+            return
+        theirs = await self._theirs(peer, ours)
         async with self._lock:
-            ours, held = await asyncio.to_thread(lambda: (self.rep.vector(), self.rep.snapshot_taking()))
-            resume = held if held is not None and held[0].peer == peer.addr else None
-            if not self._worth_asking(peer, ours, resume is not None):
-                return
-            far = await self._far_behind(peer, ours)
+            ours = await asyncio.to_thread(self.rep.vector)  # another snapshot may have ended meanwhile
+            far = theirs is not None and protocol.behind(theirs, protocol.shorten(ours)) >= SNAPSHOT_BEHIND
             if not peer.takes_every_op or (resume is None and not far):
                 if held is not None and resume is None and not far:  # left by a peer gone since: rounds do the rest
                     await asyncio.to_thread(self.rep.end_snapshot)
@@ -113,7 +121,7 @@ class Snapshotting:
                 await self._take(peer, ours, resume)
             except (RemoteError, PeerError) as exc:
                 if not isinstance(exc, TransportError):  # it answered, wrongly: give this snapshot up
-                    self._declined[peer.addr] = time.monotonic() + DECLINE_FOR
+                    self._declined[peer.addr] = time.monotonic() + DECLINE_BAD
                     await asyncio.to_thread(self.rep.end_snapshot)
                 raise PeerError(f"snapshot failed: {exc}", peer=peer.addr) from None
             finally:
@@ -130,16 +138,16 @@ class Snapshotting:
         theirs = peer.their_vector
         return theirs is not None and protocol.behind(theirs, protocol.shorten(ours)) >= SNAPSHOT_BEHIND
 
-    async def _far_behind(self, peer: Peer, ours: dict[bytes, int]) -> bool:
-        """Ask the peer's vector (a digest-only ``sync``: no page comes back); whether we lack at
-        least ``SNAPSHOT_BEHIND`` of its ops. Learns the wire it speaks too."""
+    async def _theirs(self, peer: Peer, ours: dict[bytes, int]) -> dict[bytes, int] | None:
+        """The peer's vector (short ids, removed origins capped), asked with a digest-only ``sync``
+        (no page comes back); None when it equals ours. Learns the wire the peer speaks too."""
         self._probed[peer.addr] = time.monotonic()
         reply = await self._call(peer, versions.state({"t": protocol.SYNC, "d": vector.digest(ours)}))
         theirs = protocol.reply_vector(reply)
         if reply.get("t") == protocol.SAME or theirs is None:
-            return False
+            return None
         removed = protocol.shorten(await asyncio.to_thread(self.rep.removed))
-        return protocol.behind(cap_vector(theirs, removed), protocol.shorten(ours)) >= SNAPSHOT_BEHIND
+        return cap_vector(theirs, removed)
 
     async def _call(self, peer: Peer, msg: Msg) -> Msg:
         reply = await self.node.call(peer, msg)
@@ -188,34 +196,47 @@ class Snapshotting:
 
     async def _pages(self, peer: Peer, taking: Taking, opening: Opening, cursor: Cursor | None,
                      ours: dict[bytes, int], *, resumed: bool = False) -> None:
-        """Take the pages from ``cursor`` on, asking for the next while storing the last."""
+        """Take the pages from ``cursor`` on, in order, each in its own transaction: while one page is
+        stored, the next is asked for, checked and decoded (SQLite's work and ours overlap)."""
         self._began(peer, taking, ours, resumed)
         fetch = None if cursor is None else asyncio.ensure_future(self._page(peer, taking.id, cursor))
+        storing: asyncio.Future[ApplyResult] | None = None
         stored = 0
         try:
             while fetch is not None and cursor is not None:
                 reply = await fetch
-                checked = await asyncio.to_thread(snapshot.check_page, reply, opening, cursor,
-                                                  protocol.envelope(reply).sender)
-                fetch = None if checked.next is None else asyncio.ensure_future(
-                    self._page(peer, taking.id, checked.next))
-                result = await asyncio.to_thread(self.rep.take_page, taking, checked.ops, checked.covered, checked.next)
-                stored += result.new
-                self.taken += result.new
-                self.node.counters["pulled_ops"] += result.new
-                cursor = checked.next
-                await self._progress()
-            if cursor is None and fetch is None and opening.cursor is None:
+                page, nxt = await asyncio.to_thread(self._prepare, reply, opening, cursor)
+                fetch = None if nxt is None else asyncio.ensure_future(self._page(peer, taking.id, nxt))
+                if storing is not None:
+                    stored += await self._stored(storing)
+                storing = asyncio.ensure_future(asyncio.to_thread(self.rep.store_page, taking, page, nxt))
+                cursor = nxt
+            if storing is not None:
+                stored, storing = stored + await self._stored(storing), None
+            if opening.cursor is None:
                 await asyncio.to_thread(self.rep.end_snapshot)  # nothing to take: the opening said so
         finally:
             if fetch is not None:
                 fetch.cancel()
-                with contextlib.suppress(BaseException):
-                    await fetch
+            for task in (fetch, storing):  # a page being stored is let finish: it is whole either way
+                if task is not None:
+                    with contextlib.suppress(BaseException):
+                        await task
             await asyncio.to_thread(memory.trim)  # pages of ops freed (peerd.memory)
         took = time.monotonic() - self._started
         log.info("took the snapshot from %s: %d ops stored in %.1f s (%.0f ops/s); their signatures are "
                  "checked in the background", peer.addr, stored, took, stored / max(took, 1e-6))
+
+    def _prepare(self, reply: Msg, opening: Opening, cursor: Cursor) -> tuple[Prepared, Cursor | None]:
+        checked = snapshot.check_page(reply, opening, cursor, protocol.envelope(reply).sender)
+        return self.rep.prepare_page(checked.ops, checked.covered), checked.next
+
+    async def _stored(self, storing: asyncio.Future[ApplyResult]) -> int:
+        result = await storing
+        self.taken += result.new
+        self.node.counters["pulled_ops"] += result.new
+        await self._progress()
+        return result.new
 
     async def _page(self, peer: Peer, sid: bytes, cursor: Cursor) -> Msg:
         reply = await self._call(peer, snapshot.page_request(sid, cursor))
@@ -291,8 +312,7 @@ class Snapshotting:
 
     async def _check_step(self) -> bool:
         await self.idle.wait()
-        began = time.monotonic()
-        step = await asyncio.to_thread(self.rep.check_vouched, CHECK_STEP)
+        step, spent = await asyncio.to_thread(self._check_timed)
         if step is None:
             self.unchecked = 0
             return False
@@ -307,5 +327,12 @@ class Snapshotting:
         if step.left == 0:
             log.info("checked the signatures of the ops node %s vouched for: %s", who[:16],
                      f"{self.forged[who]} forged, dropped" if self.forged.get(who) else "all genuine")
-        await asyncio.sleep((time.monotonic() - began) * (1 / CHECK_SHARE - 1))  # leave the core to others
+        await asyncio.sleep(spent * (1 / CHECK_SHARE - 1))  # leave the core to others
         return True
+
+    def _check_timed(self) -> tuple[VouchCheck | None, float]:
+        """One step of the check, and the CPU time it took (on a busy machine its wall time is mostly
+        waiting for a CPU, which would slow the check down for nothing)."""
+        began = time.thread_time()
+        step = self.rep.check_vouched(CHECK_STEP)
+        return step, time.thread_time() - began

@@ -51,12 +51,20 @@ Write = tuple[list[Any], int, bytes]  # a register write, the stamp and origin o
 
 
 class _Keys:
-    """Name keys of one batch, each computed once (``store.message_columns``, memoised)."""
+    """Name keys of one batch, each computed once (``store.message_columns``, memoised), and message
+    ids (``ops.message_id``: an origin's prefix, then the seq)."""
 
     def __init__(self) -> None:
         self.names: dict[str, str] = {}
         self.channels: dict[str, str] = {}
         self.routes: dict[str, tuple[str, ...]] = {}
+        self.prefixes: dict[bytes, str] = {}
+
+    def message_id(self, origin: bytes, seq: int) -> str:
+        prefix = self.prefixes.get(origin)
+        if prefix is None:
+            prefix = self.prefixes[origin] = message_id(origin, 0)[:-1]
+        return f"{prefix}{seq}"
 
     def name(self, name: str) -> str:
         key = self.names.get(name)
@@ -104,8 +112,9 @@ def store_batch(cur: sqlite3.Cursor, batch: Sequence[tuple[int, Op]], arrived: i
         lseq = first + i
         if op.kind == KIND_MSG:
             b = op.body
-            msgs.append((lseq, oid, op.seq, op.raw, message_id(op.origin, op.seq), b["f"], b["fi"], b["c"], b["ti"],
-                         b["t"], b["x"], op.hlc, *keys.columns(b, op.hlc), arrived, op.v1, level_of(op)))
+            mid = keys.message_id(op.origin, op.seq)
+            msgs.append((lseq, oid, op.seq, op.raw, mid, b["f"], b["fi"], b["c"], b["ti"], b["t"], b["x"], op.hlc,
+                         *keys.columns(b, op.hlc), arrived, op.v1, level_of(op)))
         else:
             others.append((lseq, oid, op.seq, op.raw, op.hlc, arrived, op.v1, level_of(op)))
     cur.executemany(_INSERT_MSG, msgs)
@@ -135,7 +144,7 @@ def _project(cur: sqlite3.Cursor, batch: Sequence[tuple[int, Op]], lseqs: Sequen
                 routes += ((k, lseq) for k in route)
             role, at = keys.name(op.body["f"]), wall_of(op.hlc)
             seen[role] = min(at, seen.get(role, at))
-        by_origin.setdefault(op.origin, []).append(message_id(op.origin, op.seq))
+        by_origin.setdefault(op.origin, []).append(keys.message_id(op.origin, op.seq))
     cur.executemany(store._NUMBER_IN_THREAD, numbered)  # the one rule for thread numbers
     cur.executemany(_ROUTE, routes)
     for role, at in seen.items():

@@ -95,6 +95,14 @@ class SnapPage:
 
 
 @dataclass(frozen=True)
+class Prepared:
+    """A page's ops, decoded and checked against its ranges (``Snapshots.prepare_page``)."""
+
+    ops: list[Op]
+    covered: dict[bytes, tuple[int, int]]
+
+
+@dataclass(frozen=True)
 class Taking:
     """A snapshot this replica is taking: from whom, which one, what it covers, since when."""
 
@@ -241,11 +249,22 @@ class Snapshots(Sync):
     def take_page(self, taking: Taking, raws: Sequence[bytes], covered: Mapping[bytes, tuple[int, int]],
                   cursor: Cursor | None) -> ApplyResult:
         """Store one page of ``taking`` and move to ``cursor`` (None: the snapshot is complete), all in
-        one transaction. ``covered``: the page's ranges (full keys), in the page's order. InvalidOp,
-        with nothing stored, when an op is malformed, lies outside those ranges or out of their order,
-        or the signer is no longer a member here."""
+        one transaction: ``store_page(taking, prepare_page(raws, covered), cursor)``."""
+        return self.store_page(taking, self.prepare_page(raws, covered), cursor)
+
+    def prepare_page(self, raws: Sequence[bytes], covered: Mapping[bytes, tuple[int, int]]) -> Prepared:
+        """A page's ops decoded and checked against its ranges (full keys, in the page's order), with no
+        look at the replica (so it can run while the page before is stored). InvalidOp when an op is
+        malformed, or lies outside those ranges or out of their order."""
         decoded = [_decode(raw, i, self.node_key) for i, raw in enumerate(raws)]
         _inside(decoded, covered)
+        return Prepared(decoded, dict(covered))
+
+    def store_page(self, taking: Taking, page: Prepared, cursor: Cursor | None) -> ApplyResult:
+        """Store a prepared page of ``taking`` and move to ``cursor`` (None: the snapshot is complete),
+        all in one transaction. InvalidOp, with nothing stored, when the signer is no longer a member
+        here."""
+        decoded, covered = page.ops, page.covered
         new_oids: dict[bytes, int] = {}
         with self._store.write() as cur:
             why = _standing(cur, taking.signer)

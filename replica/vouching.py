@@ -36,8 +36,8 @@ _SENDERS = (
 
 @dataclass(frozen=True)
 class VouchCheck:
-    """One step of the check: whose word it was, how many ops were checked and are left, and the
-    (origin, seq) of those that did not verify (dropped)."""
+    """One step of the check: whose word it was, how many ops were checked and are left (at most:
+    ``Vouching.vouched_left``), and the (origin, seq) of those that did not verify (dropped)."""
 
     signer: bytes
     checked: int
@@ -47,9 +47,10 @@ class VouchCheck:
 
 class Vouching(Snapshots):
     def vouched_left(self) -> int:
-        """Ops (at most; ranges may hold others) stored on a signer's word, not checked yet."""
+        """Ops stored on a signer's word and not checked yet, at most (the lseqs left in its ranges:
+        ops that arrived otherwise meanwhile, or were dropped, count too)."""
         with self._store.read() as cur:
-            return sum(_count(cur, int(r[1]), int(r[2])) for r in unverified_ranges(cur))
+            return sum(max(0, int(r[2]) - int(r[1]) + 1) for r in unverified_ranges(cur))
 
     def forged_by(self) -> dict[str, int]:
         """Signer (node id) -> ops it vouched for that did not verify (and were dropped)."""
@@ -77,7 +78,7 @@ class Vouching(Snapshots):
             put_unverified(cur, [r for r in ranges if int(r[1]) <= int(r[2])])
             if forged:
                 _count_forged(cur, signer, len(forged))
-            left = _count(cur, upto + 1, hi)
+            left = sum(max(0, int(r[2]) - int(r[1]) + 1) for r in unverified_ranges(cur))
         if forged:
             self._notify()
         return VouchCheck(signer, len(rows), left, forged)
@@ -89,10 +90,6 @@ def _genuine(blob: bytes) -> bool:
     except InvalidOp:
         return False
     return True
-
-
-def _count(cur: Any, lo: int, hi: int) -> int:
-    return int(cur.execute("SELECT count(*) FROM ops WHERE lseq BETWEEN ? AND ?", (lo, hi)).fetchone()[0])
 
 
 def _count_forged(cur: Any, signer: bytes, n: int) -> None:

@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from peerd import protocol, snapshotting
+from peerd import doctor, protocol, snapshotting
+from peerd.cli import format
 from peerd.node import Node
 from peerd.peers import Peer
 from peerd.protocol import versions
@@ -157,3 +158,51 @@ async def test_a_member_that_offers_no_snapshot_is_synced_with_by_rounds(fleet: 
     assert len(sent(fleet, "snap")) == 1 and b.snapshots.taken == 0
     await b.sync_with(peer)
     assert len(sent(fleet, "snap")) == 1, "not asked again at once"
+
+
+async def test_bad_snapshot_requests_get_a_clear_400_and_change_nothing(fleet: MemFleet) -> None:
+    """Through a node's peer answer: a malformed snap, a cursor beyond the snapshot and a caller of
+    wire 2 get 400 with the reason; an unknown snapshot id is answered 'gone'; the replica is unchanged."""
+    a = await fleet.add("a", writes=5)
+    b = await fleet.add("b")
+    before = a.rep.state_digest()
+
+    async def ask(msg: protocol.Msg, *, wire2: bool = False) -> tuple[int, protocol.Msg]:
+        body = protocol.encode(protocol.stamp(msg, me=b.me, port=b.peer_port))
+        if wire2:
+            decoded = protocol.decode(body)
+            decoded.pop(versions.KEY, None)
+            body = protocol.encode(decoded)
+        answer = await a.answer(seal(fleet.key, body), "127.0.0.1")
+        return answer.status, protocol.decode(a.keys.open(answer.body)[0])
+
+    status, opening = await ask(snapshot_open(b))
+    assert status == 200 and opening["t"] == protocol.SHOT
+    cases = [
+        (versions.state({"t": protocol.SNAP, "v": "all of it"}), "lacks a valid 'v'"),
+        (versions.state({"t": protocol.SNAP, "s": opening["s"], "k": [99, 1]}), "beyond the snapshot"),
+        (versions.state({"t": protocol.SNAP, "s": opening["s"], "k": [0, "1"]}), "cursor must be"),
+    ]
+    for msg, why in cases:
+        status, reply = await ask(msg)
+        assert status == 400 and why in reply["e"], reply
+    status, reply = await ask({"t": protocol.SNAP, "v": {}}, wire2=True)
+    assert status == 400 and "wire 3 or later" in reply["e"]
+    status, reply = await ask(protocol.snapshot.page_request(b"\x07" * 16, (0, 1)))
+    assert status == 200 and protocol.snapshot.gone(reply)
+    assert a.rep.state_digest() == before
+
+
+def test_forged_ops_fail_peerd_doctor_and_show_in_peerd_status() -> None:
+    """A signer whose snapshot held forged ops is a failure of peerd doctor naming it, with the fix, and
+    a line of peerd status; a snapshot under way and signatures still to check show there too."""
+    signer = "ab" * 32
+    findings = doctor.membership_findings({"snapshot": {"forged": {signer: 3}}})
+    assert [(f.check, f.status) for f in findings] == [("snapshot", doctor.FAIL)]
+    assert "did not verify" in findings[0].detail and f"peerd remove {signer[:16]}" in (findings[0].fix or "")
+    assert format.snapshot_lines({"forged": {signer: 3}}) == [
+        f"FORGED  3 ops that member {signer[:16]} vouched for in a snapshot did not verify: dropped and fetched "
+        "again; see peerd doctor"]
+    assert "taking one from 127.0.0.1:7001" in format.snapshot_lines(
+        {"taking": {"peer": "127.0.0.1:7001", "signer": signer}})[0]
+    assert "1,200 ops taken in a snapshot still to have" in format.snapshot_lines({"unchecked": 1200})[0]

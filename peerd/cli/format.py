@@ -103,9 +103,24 @@ def format_status(d: dict[str, Any]) -> str:
         lines.append(f"finding mDNS {'on' if conf.get('mdns') else 'off'}; seeds: {seeds}")
     if d.get("catchup"):
         lines.append(progress_bar(d["catchup"]))
+    lines += snapshot_lines(d.get("snapshot") or {})
     lines += fleet_lines(d)
     mdns = conf.get("mdns") if isinstance(conf, dict) else None
     return "\n".join(lines) + "\n\n" + format_peers(d["peers"], mdns)
+
+
+def snapshot_lines(snap: dict[str, Any]) -> list[str]:
+    """A snapshot being taken, its signatures still to check, forged ops found (peerd.snapshotting)."""
+    lines = []
+    if snap.get("taking"):
+        lines.append(f"snapshot taking one from {snap['taking']['peer']} (signed by {snap['taking']['signer'][:16]})")
+    elif snap.get("unchecked"):
+        lines.append(f"snapshot {snap['unchecked']:,} ops taken in a snapshot still to have their signatures checked "
+                     "(in the background)")
+    for signer, n in (snap.get("forged") or {}).items():
+        lines.append(f"FORGED  {n:,} ops that member {signer[:16]} vouched for in a snapshot did not verify: dropped "
+                     f"and fetched again; see peerd doctor")
+    return lines
 
 
 def newer_lines(totals: dict[str, Any]) -> list[str]:
