@@ -570,7 +570,8 @@ class Node:
             self.table.failed(peer, time.monotonic(), str(exc))
             if peer.source == "seed" and self.seeds is not None:
                 self.seeds.report_failure(peer.host, peer.port)
-            self._report_once(peer.addr, "sync", f"sync with {peer.addr} failed: {exc}")
+            if not peer.incompatible:  # that was told once already (``_set_wire``)
+                self._report_once(peer.addr, "sync", f"sync with {peer.addr} failed: {exc}")
             raise PeerError(str(exc), peer=peer.addr) from None
         finally:
             if self.catchup is not None and self.catchup.peer == peer.addr:
