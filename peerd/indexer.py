@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from mcp_server.waiter import FeedWaiter
 from replica import PeerdError, Replica
@@ -27,15 +29,17 @@ INDEX_DELAY = 1.0
 INDEX_STEP = 5000
 
 
-async def keep_indexed(rep: Replica, waiter: FeedWaiter, *, delay: float = INDEX_DELAY,
-                       step: int = INDEX_STEP) -> None:
-    """Index what lands, ``step`` ops at a time, ``delay`` seconds after each change; ends on close."""
+async def keep_indexed(rep: Replica, waiter: FeedWaiter, *, delay: float = INDEX_DELAY, step: int = INDEX_STEP,
+                       sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                       offload: Callable[..., Awaitable[Any]] = asyncio.to_thread) -> None:
+    """Index what lands, ``step`` ops at a time, ``delay`` seconds after each change; ends on close.
+    ``sleep`` and ``offload`` (how the work leaves the loop) are the node's."""
     failed: set[str] = set()
     while not waiter.closed:
-        await asyncio.sleep(delay)
+        await sleep(delay)
         mark = waiter.mark
         try:
-            while await asyncio.to_thread(rep.catch_up_step, step):
+            while await offload(rep.catch_up_step, step):
                 pass
         except Exception as exc:
             kind = type(exc).__name__

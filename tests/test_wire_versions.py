@@ -70,7 +70,7 @@ def test_a_peer_with_no_version_in_common_is_told_once_and_left_alone(fleet: Fle
     request to it while rounds with the real peer go on."""
     future = FuturePeer(decode_fleet_key(fleet.key))
     with future.serving() as address:
-        a, b = fleet.add("a"), fleet.add("b")
+        a, _ = fleet.add("a"), fleet.add("b")
         fleet.mesh()
         a.seeds.append(address)
         fleet.start()
