@@ -4,6 +4,8 @@ a peer of the first release is never offered an op it would refuse."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,10 @@ from replica import ops as opsmod
 from replica import store as storemod
 from replica.sync import ALL, V1_ALL, V1_RUN
 from tests.conftest import pull
+from tests.daemons import PEERD, Fleet, wait_until
 from tests.newer import NewerNode
+
+pytest_plugins = ["tests.daemons"]
 
 
 def _state(r: Replica) -> tuple[str, dict[bytes, int], dict[str, int]]:
@@ -298,3 +303,28 @@ def test_a_caller_with_no_version_in_common_is_refused() -> None:
     with pytest.raises(protocol.ProtocolError, match="speaks wire 5, 6, this peerd speaks 2, 3"):
         protocol.decode_request(protocol.encode(msg))
     assert protocol.versions.stated(protocol.error_reply(ValueError("x"))) == {2, 3}
+
+
+# -- what people are told ---------------------------------------------------------------------------
+
+
+def test_status_and_doctor_say_what_waits_for_an_upgrade(fleet: Fleet) -> None:
+    """A daemon holding ops of a newer release: ``peerd status`` says how many, of which kinds, and
+    that upgrading applies them; ``peerd doctor`` warns with the same fix; its peer gets them too."""
+    a, b = fleet.add("a"), fleet.add("b")
+    fleet.mesh()
+    fleet.start()
+    future = NewerNode()
+    with Replica.open(a.db) as rep:  # another process on a's replica file, as a newer peer's push would land
+        rep.apply([future.op("lease", {"p": "x"}), future.op("lease", {"p": "y"}), future.message("p", "c", "hi")])
+    wait_until(lambda: b.status()["totals"]["newer_ops"] == 2, 30, "the newer ops relayed to b")
+    shown = subprocess.run([str(PEERD), "status", "--home", str(a.home)], capture_output=True, text=True,
+                           timeout=60, check=True).stdout
+    assert ("newer   2 ops from a newer peerd (lease x2): held and passed on, not applied here; upgrading this "
+            "peerd applies them") in shown
+    assert a.status()["totals"]["newer_kinds"] == {"lease": 2}
+    doctor = subprocess.run([str(PEERD), "doctor", "--home", str(a.home), "--json"], capture_output=True,
+                            text=True, timeout=60, check=False)
+    replica = next(f for f in json.loads(doctor.stdout)["findings"] if f["check"] == "replica")
+    assert replica["status"] == "warn" and "2 from a newer peerd" in replica["detail"]
+    assert "upgrade peerd" in replica["fix"]
