@@ -62,6 +62,7 @@ from peerd.pairing.host import PairingHost
 from peerd.peers import FAIL_THRESHOLD, Peer, PeerTable
 from peerd.protocol import Msg, Outcome, ProtocolError, RoundResult
 from peerd.ratelog import RateLog, summary
+from peerd.retaining import keep_retention
 from peerd.transport import Answer, HttpTransport, Transport
 from replica import Replica, vector
 from replica.errors import PeerdError, RemoteError, StoreError
@@ -160,6 +161,7 @@ class Node:
         self.spawn(self._gossip())
         self.spawn(self._pusher())
         self.spawn(keep_indexed(self.rep, self.waiter))
+        self.spawn(keep_retention(self.rep, self.waiter))
         log.info("peer server on %s:%d, node %s", self.bind, self.peer_port, self.rep.node_id[:16])
 
     async def _start_discovery(self) -> None:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from replica import identity, membership
+from replica import identity, membership, retention
 from replica.codec import pack, unpack
 from replica.errors import InvalidOp, Undecodable
 
@@ -318,6 +318,7 @@ def _check_set(body: Mapping[str, Any]) -> None:
 
 _CHECKS: dict[str, Callable[[Mapping[str, Any]], None]] = {
     KIND_MSG: _check_msg, KIND_SET: _check_set, KIND_RETRACT: _check_retract, **membership.CHECKS,
+    **retention.CHECKS,
 }
 
 

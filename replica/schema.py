@@ -147,8 +147,14 @@ CREATE TABLE fleet_rekeys(origin BLOB NOT NULL, seq INTEGER NOT NULL, lseq INTEG
 CREATE TABLE fleet_removed(node BLOB PRIMARY KEY, upto INTEGER NOT NULL) WITHOUT ROWID;
 """
 
+# Retention (``replica.purge``): ops by creation time, so a purge finds what is past the horizon
+# (and when the next thing will be) without reading every op.
+SCHEMA_RETENTION = """
+CREATE INDEX ops_by_hlc ON ops(hlc);
+"""
+
 MIGRATIONS: tuple[str, ...] = (
-    SCHEMA_V1, SCHEMA_V2, SCHEMA_THREAD_SEQS, SCHEMA_FIRST_SEEN, SCHEMA_KEYS, SCHEMA_FLEET,
+    SCHEMA_V1, SCHEMA_V2, SCHEMA_THREAD_SEQS, SCHEMA_FIRST_SEEN, SCHEMA_KEYS, SCHEMA_FLEET, SCHEMA_RETENTION,
 )
 LATEST = len(MIGRATIONS)
 KEYED = 5  # the version from which rows carry name keys (older files are rebuilt on upgrade)
