@@ -45,7 +45,7 @@ async def purge_pass(rep: Replica) -> ret.PurgeReport:
 def _said(report: ret.PurgeReport) -> str:
     r = report.removed
     return (f"purged {r.messages} message(s), {r.receipts} receipt(s), {r.ops} op(s) in {report.took_ms} ms; "
-            f"{report.bytes_before:,} -> {report.bytes_after:,} bytes on disk")
+            f"database {report.bytes_before:,} -> {report.bytes_after:,} bytes")
 
 
 async def keep_retention(rep: Replica, waiter: FeedWaiter) -> None:

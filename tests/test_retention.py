@@ -423,7 +423,7 @@ def test_an_older_file_gets_the_index_by_creation_time(tmp_path: Path) -> None:
 
 ROLES = ["bob", "carol", "dave"]
 action = st.one_of(
-    st.tuples(st.just("send"), st.sampled_from(ROLES + ["bob,carol", "broadcast"])),
+    st.tuples(st.just("send"), st.sampled_from([*ROLES, "bob,carol", "broadcast"])),
     st.tuples(st.just("check"), st.sampled_from(ROLES)),
     st.tuples(st.just("read"), st.sampled_from(ROLES)),
     st.tuples(st.just("retract"), st.none()),

@@ -70,7 +70,7 @@ def status_lines(d: dict[str, Any]) -> list[str]:
     lines = [f"retain  {horizon_sentence(int(state['horizon_ms']))}"]
     last = state.get("last_purge")
     if last:
-        lines.append(f"purged  {_counts(last)} at {_iso(last.get('at_ms'))}; in all {_counts(state['removed_total'])}")
+        lines.append(f"purged  {_counts(state['removed_total'])} in all here, the last at {_iso(last.get('at_ms'))}")
     return lines
 
 
