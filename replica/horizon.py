@@ -5,7 +5,8 @@ Invariants:
   that was removed from the fleet cannot write one (its peers would refuse it anyway).
 * A purge is a ``Sweep`` advanced by ``purge_step``: each step is one short write transaction
   (``PURGE_STEP`` rows at most), so agents' writes interleave with a long purge; then
-  ``reclaim_step`` gives freed pages back ``RECLAIM_PAGES`` at a time, and ``finish_purge``
+  ``reclaim_step`` merges the search index when due and gives freed pages back, each step about
+  ``RECLAIM_PAGES`` pages of work, and ``finish_purge``
   checkpoints and records the pass. ``purge`` runs all of it in one call.
 * Every pass judges by one clock reading (the sweep's ``now_ms``) and the horizon read when it began.
 * The rules live in ``replica.retention``, the SQL in ``replica.purge``.
@@ -77,11 +78,17 @@ class Retention(Fleet):
             top = purge.begin_step(cur, self._self_oid)
             return purge.step(cur, sweep, top, check_count(limit, "limit", low=1))
 
-    def reclaim_step(self, pages: int = RECLAIM_PAGES) -> int:
-        """Give up to ``pages`` free pages back to the disk; how many (0: nothing left to give)."""
+    def reclaim_step(self, pages: int = RECLAIM_PAGES) -> bool:
+        """One short step of giving space back: merging the search index once much of it is deleted
+        data, then up to ``pages`` free pages back to the disk; whether there is more to do."""
+        pages = check_count(pages, "pages", low=1)
+        with self._store.write() as cur:
+            if purge.search_to_merge(cur):
+                purge.merge_search(cur, pages)
+                return True
         with self._store.lock:
             try:
-                return purge.reclaim(self._store.conn, check_count(pages, "pages", low=1))
+                return purge.reclaim(self._store.conn, pages) > 0
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot reclaim space in {self.path}: {exc}") from None
 

@@ -17,9 +17,11 @@ Invariants:
   deleted from by the indexed values), routes, thread number, receipts (projection and
   registers) and retraction rows. A receipt or retraction op that leaves takes the rows it made
   with it only when their message is no longer held.
-* The file shrinks: ``reclaim`` turns a file made before retention into an incremental-vacuum
-  file with one VACUUM (the first time a horizon takes effect here), then gives free pages back
-  ``pages`` at a time; a passive checkpoint lets the main file shrink without waiting for readers.
+* The file shrinks: the search index is merged whole (``merge_search``, bounded steps) once a fifth
+  of it is the data of deleted entries, which FTS5 keeps until its segments merge; ``reclaim``
+  turns a file made before retention into an incremental-vacuum file with one VACUUM (the first
+  time a horizon takes effect here), then gives free pages back ``pages`` at a time; a passive
+  checkpoint lets the main file shrink without waiting for readers.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ INCREMENTAL = 2  # PRAGMA auto_vacuum
 WAL_LIMIT_BYTES = 4 * 1024 * 1024  # what the WAL file is cut back to after a checkpoint
 _META_LAST, _META_CHECKED, _META_TOTAL = "purge_last", "purge_checked", "purge_total"
 _META_SEEN = "purge_seen"  # the lseq up to which a pass has looked for late receipts and retractions
+# Search entries deleted since the index was last merged whole (-1: a merge is under way). FTS5 keeps a
+# deleted entry's data until the segments holding it merge: once a fifth of the index is deleted data,
+# it is merged whole, in bounded steps, so the cost per deleted entry stays constant.
+_META_SEARCH_GONE = "purge_search_gone"
+SEARCH_MERGE_SHARE = 5
 # Only ops that may leave are read back (their blobs name their kind or a receipt table).
 _MARKERS = (pack(ret.RECEIPTS), pack(KIND_RETRACT), pack(ret.KIND_RET))
 _AFTER = "o.hlc >= ?1 AND (o.hlc > ?1 OR o.lseq > ?2) AND o.hlc < ?3"
@@ -187,7 +194,7 @@ def _forget_late(cur: sqlite3.Cursor, op: Op) -> int:
 def _messages(cur: sqlite3.Cursor, rows: list[Any], sweep: ret.Sweep, top: int) -> ret.Removed:
     indexed = _fts_upto(cur)
     hard = ret.cutoffs(sweep.horizon_ms, sweep.now_ms)[1]
-    gone = receipts = 0
+    gone = receipts = unindexed = 0
     for row in rows:
         lseq, hlc, seq, contig, mid, _sender, skey, _channel, ckey, tkey, thread, retracted, _content = row
         if not ret.within_mark(seq, contig):
@@ -195,9 +202,13 @@ def _messages(cur: sqlite3.Cursor, rows: list[Any], sweep: ret.Sweep, top: int) 
         mail = ret.Mail(wall_of(hlc), ckey, thread, skey or "", tkey, retracted is not None)
         read = mail.created_ms < hard or _read(cur, mid, mail)
         if ret.message_leaves(mail, read, sweep.horizon_ms, sweep.now_ms):
-            receipts += _forget_message(cur, row, indexed)
+            receipts += _forget_message(cur, row)
+            unindexed += _unindex(cur, row, indexed)
             _drop_op(cur, lseq, top)
             gone += 1
+    if unindexed:
+        cur.execute("INSERT INTO meta(k, v) VALUES (?1, ?2) ON CONFLICT(k) DO UPDATE SET"
+                    " v = CASE WHEN v < 0 THEN v ELSE v + ?2 END", (_META_SEARCH_GONE, unindexed))
     return ret.Removed(gone, receipts, gone)
 
 
@@ -211,12 +222,19 @@ def _read(cur: sqlite3.Cursor, mid: str, mail: ret.Mail) -> bool:
     return ret.is_read(mail, receipts, members)
 
 
-def _forget_message(cur: sqlite3.Cursor, row: Any, indexed: int) -> int:
-    """Delete what is filed under a message (not its op row); how many receipt registers went."""
-    lseq, _hlc, _seq, _contig, mid, sender, _skey, channel, _ckey, _tkey, thread, retracted, content = row
-    if retracted is None and content is not None and lseq <= indexed:
-        cur.execute("INSERT INTO message_fts(message_fts, rowid, content, sender, channel)"
-                    " VALUES ('delete', ?, ?, ?, ?)", (lseq, content, sender, thread if channel is None else channel))
+def _unindex(cur: sqlite3.Cursor, row: Any, indexed: int) -> int:
+    """Delete a message's search entry, if it has one (by the values it was indexed with); 1 if it had."""
+    lseq, _hlc, _seq, _contig, _mid, sender, _skey, channel, _ckey, _tkey, thread, retracted, content = row
+    if retracted is not None or content is None or lseq > indexed:
+        return 0
+    cur.execute("INSERT INTO message_fts(message_fts, rowid, content, sender, channel)"
+                " VALUES ('delete', ?, ?, ?, ?)", (lseq, content, sender, thread if channel is None else channel))
+    return 1
+
+
+def _forget_message(cur: sqlite3.Cursor, row: Any) -> int:
+    """Delete what is filed under a message but its op row and search entry; how many receipt registers went."""
+    lseq, _hlc, _seq, _contig, mid, _sender, _skey, channel, _ckey, _tkey, thread, _retracted, _content = row
     keys = routing.route_keys(channel, thread)
     if len(keys) > 1:
         cur.executemany("DELETE FROM routes WHERE role = ? AND lseq = ?", [(k, lseq) for k in keys])
@@ -320,6 +338,32 @@ def record(cur: sqlite3.Cursor, report: ret.PurgeReport) -> None:
 
 def _set_meta(cur: sqlite3.Cursor, rows: list[tuple[str, Any]]) -> None:
     cur.executemany("INSERT INTO meta(k, v) VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v", rows)
+
+
+def search_to_merge(cur: sqlite3.Cursor) -> bool:
+    """Whether the search index is to be merged whole now (a fifth of it is deleted data, or a merge
+    is under way); deciding so marks the merge as under way."""
+    row = cur.execute("SELECT v FROM meta WHERE k = ?", (_META_SEARCH_GONE,)).fetchone()
+    gone = int(row[0]) if row else 0
+    if gone <= 0:
+        return gone < 0
+    held = int(cur.execute("SELECT count(*) FROM ops WHERE id IS NOT NULL AND lseq <= ?", (_fts_upto(cur),))
+               .fetchone()[0])
+    if gone * SEARCH_MERGE_SHARE < held + gone:
+        return False
+    _set_meta(cur, [(_META_SEARCH_GONE, -1)])
+    return True
+
+
+def merge_search(cur: sqlite3.Cursor, pages: int) -> bool:
+    """One bounded step of merging the search index whole (about ``pages`` pages written), which drops the
+    data of deleted entries; False once there was nothing left to merge (the merge is then over)."""
+    before = cur.connection.total_changes
+    cur.execute("INSERT INTO message_fts(message_fts, rank) VALUES ('merge', ?)", (-pages,))
+    if cur.connection.total_changes - before >= 2:  # FTS5's sign that the step merged something
+        return True
+    _set_meta(cur, [(_META_SEARCH_GONE, 0)])
+    return False
 
 
 def reclaim(conn: sqlite3.Connection, pages: int) -> int:
