@@ -19,7 +19,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from peerd import home as homes
-from peerd.cli.backends import running_daemon
 from peerd.cli.errors import EXIT_NO_HOME, EXIT_USAGE, CliError
 from replica import retention as ret
 from replica.hlc import pack, to_iso
@@ -132,6 +131,8 @@ def _write(args: argparse.Namespace, h: int) -> int:
                            f"that is {past:,} message(s) held now, {way_past:,} of them whatever their receipts "
                            "say. Add --force if that is what you want.")
         state = rep.set_retention(h).to_dict()
+    from peerd.cli.backends import running_daemon  # noqa: PLC0415 - format.py imports this module: keep it light
+
     live = running_daemon(home) is not None
     if h:
         text = (f"retention horizon set to {ret.format_horizon(h)} for the whole fleet: messages older than "
