@@ -3,8 +3,9 @@
 Checks, in order: the home folder, ``config.toml``, the node key, the replica
 file, the daemon (``daemon.json``, its process, its local API), the peer and
 local ports, mDNS, every seed and every peer the daemon knows (reachable, same
-fleet), each answering peer's clock against ours, and the fleet's membership news
-(another fleet on this LAN, join requests waiting, this node removed).
+fleet), each answering peer's clock against ours, the fleet's membership news
+(another fleet on this LAN, join requests waiting, this node removed), and the
+retention horizon with what the last purge removed.
 
 Invariants:
 * Doctor changes nothing: the replica file is only looked at read-only
@@ -41,12 +42,14 @@ from discovery.netif import probe_mdns_port
 from discovery.seeds import format_seed
 from peerd import forks, protocol
 from peerd import home as homes
+from peerd.cli.retention import summary_lines as retention_summary
 from peerd.config import Config, load_config, normalize_seed, parse_seed
 from peerd.errors import ConfigError, DaemonError, SealError, TransportError
 from peerd.protocol import ProtocolError
 from peerd.seal import open_sealed, seal
 from peerd.transport import Answer, HttpTransport, Transport
 from replica import StoreError, check_file, identity
+from replica.purge import read_state as read_retention
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 MDNS_PORT = 5353
@@ -344,6 +347,20 @@ def membership_findings(status: dict[str, Any] | None) -> list[Finding]:
     return out
 
 
+def retention_finding(home: Path, status: dict[str, Any] | None) -> Finding:
+    """The fleet's horizon and the last purge here: from the daemon, else from the file (read-only)."""
+    state = (status or {}).get("retention")
+    if not isinstance(state, dict):
+        path = homes.replica_path(home)
+        if not path.exists():
+            return Finding("retention", SKIP, "", "no replica yet")
+        try:
+            state = read_retention(str(path)).to_dict()
+        except StoreError as exc:
+            return Finding("retention", SKIP, "", f"cannot read it: {exc}")
+    return Finding("retention", OK, "", "; ".join(" ".join(line.split()) for line in retention_summary(state)))
+
+
 # -- probing peers --------------------------------------------------------------------------------
 
 
@@ -542,6 +559,7 @@ def run_checks(home: Path, *, timeout: float = 3.0) -> Report:
     report.findings += check_ports(cfg, status, probes.get(own) if own else None)
     add(check_mdns(cfg, status, lan_addresses() if cfg.mdns else [], probe_mdns_port() if cfg.mdns else None))
     report.findings += membership_findings(status)
+    add(retention_finding(home, status))
     for s in seeds:
         add(seed_finding(probes[s]) if s in probes else Finding("seed", SKIP, s, "too many addresses to probe"))
     for row in peers:

@@ -66,6 +66,7 @@ async def status(node: Node, info: dict[str, Any]) -> dict[str, Any]:
         "mdns": None if node.mdns is None else {"active": node.mdns.active, "announced": node.mdns.announced,
                                                  "problem": node.mdns.problem},
         "settings": settings(node),
+        "retention": (await asyncio.to_thread(node.rep.retention)).to_dict(),
         "now": time.time(),
     }
 

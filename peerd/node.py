@@ -41,6 +41,7 @@ from peerd.following import Following
 from peerd.indexer import keep_indexed
 from peerd.nodebase import Offload
 from peerd.protocol import versions
+from peerd.retaining import keep_retention
 from peerd.serving import Serving
 from peerd.talking import Talking
 from peerd.transport import HttpTransport, Transport
@@ -87,6 +88,7 @@ class Node(Serving, Talking, Following):
         self.spawn(self._gossip())
         self.spawn(self._pusher())
         self.spawn(keep_indexed(self.rep, self.waiter, sleep=self.clock.sleep, offload=self.offload))
+        self.spawn(keep_retention(self.rep, self.waiter, offload=self.offload))
         log.info("peer server on %s:%d, node %s", self.bind, self.peer_port, self.rep.node_id[:16])
 
     async def _start_discovery(self) -> None:

@@ -4,8 +4,9 @@ Each area is a module of its own, built on ``core.ReplicaCore`` (store,
 identity, the write path): ``messaging`` (send, inbox, receipts, the log),
 ``search`` (full text, recent senders), ``profiles`` (profiles and agents),
 ``threads``, ``pending`` (mail not yet delivered, for pushes and hooks),
-``sync`` (vectors, pages of ops, apply, state checks), and ``fleet``
-(membership: admitting, removing, rotating the fleet key). The
+``sync`` (vectors, pages of ops, apply, state checks), ``fleet``
+(membership: admitting, removing, rotating the fleet key), and ``horizon``
+(retention: the fleet's horizon, purging what is past it). The
 argument checks they share are pure functions in ``checks``.
 
 Invariants (of every method, whichever area holds it):
@@ -26,7 +27,7 @@ from replica import identity as idmod
 from replica import routing
 from replica.checks import DEFAULT_LIMIT, MAX_LIMIT, check_count, check_name
 from replica.core import Listener, now_ms
-from replica.fleet import Fleet
+from replica.horizon import Retention
 from replica.ids import agent_id_for
 from replica.messaging import Messaging
 from replica.pending import PendingMail
@@ -35,7 +36,7 @@ from replica.store import Store
 from replica.threads import Threads
 
 
-class Replica(Messaging, PendingMail, Search, Threads, Fleet):
+class Replica(Messaging, PendingMail, Search, Threads, Retention):
     """One replica: a SQLite file (or ``:memory:``) plus this node's identity."""
 
     @classmethod

@@ -5,7 +5,8 @@ Invariants:
 * Every change is one signed op written in one transaction together with its
   projections (``_write``); a call that raises has written nothing.
 * This node's seq and clock come from its newest op, read inside the write
-  transaction, so own seqs stay contiguous across processes sharing the file.
+  transaction, so own seqs stay contiguous across processes sharing the file;
+  never below the floor a purge of own ops leaves in ``origins`` (``top``, ``hlc``).
 * Listeners are called after the commit, from the writing thread, and only
   when new ops were stored.
 """
@@ -31,9 +32,10 @@ BodyMaker = Callable[[int, int], dict[str, Any]]
 
 # This node's own seq and clock come from its newest op (no extra row to update per write):
 # own ops are always contiguous because each takes the next seq inside the write transaction.
+# ``top`` is the floor a purge leaves when it deletes own ops (``replica.purge``): seqs never go back.
 # The third column is the last op's arrival time (``store.arrival_time``), read in the same step.
 LAST_OWN = (
-    "SELECT (SELECT seq FROM ops WHERE oid = ?1 ORDER BY seq DESC LIMIT 1),"
+    "SELECT max(coalesce((SELECT seq FROM ops WHERE oid = ?1 ORDER BY seq DESC LIMIT 1), 0), top),"
     " max(coalesce((SELECT hlc FROM ops WHERE oid = ?1 ORDER BY seq DESC LIMIT 1), 0), hlc),"
     " (SELECT arrived FROM ops ORDER BY lseq DESC LIMIT 1)"
     " FROM origins WHERE oid = ?1"

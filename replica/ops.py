@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from replica import identity, membership
+from replica import identity, membership, retention
 from replica.codec import pack, unpack
 from replica.errors import InvalidOp, Undecodable
 
@@ -349,6 +349,7 @@ def _exact(check: Callable[[Mapping[str, Any]], None], keys: frozenset[str]) -> 
 _CHECKS: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     KIND_MSG: _check_msg, KIND_SET: _check_set, KIND_RETRACT: _check_retract,
     **{kind: _exact(check, membership.BODY_KEYS[kind]) for kind, check in membership.CHECKS.items()},
+    **{kind: _exact(check, retention.BODY_KEYS[kind]) for kind, check in retention.CHECKS.items()},
 }
 
 KNOWN_KINDS = frozenset(_CHECKS)

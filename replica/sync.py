@@ -23,7 +23,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from replica import fleetstore, membership, store, vector
+from replica import firstseen, fleetstore, membership, purge, retention, store, vector
 from replica import hlc as hlcmod
 from replica import ops as opsmod
 from replica.checks import check_count
@@ -92,7 +92,9 @@ class Sync(ReplicaCore):
         ``replica.membership``. ``covered``: origin -> (lo, hi) that the sender's page covers
         (every op it holds in the range is in ``raws``; the rest was purged): an origin held
         up to at least lo - 1 is then held (or purged) up to hi. An op that arrives already
-        purgeable (``purged_on_arrival``) is counted, not stored."""
+        purgeable (``retention.purgeable_on_arrival``) is counted, not stored; one at or below its
+        origin's mark that is not held was purged here, and is skipped like a duplicate (sync never
+        brings back what was purged)."""
         decoded, positions = self._decode_new(raws)
         if not decoded and not covered:
             return ApplyResult(0, len(raws))
@@ -137,7 +139,11 @@ class Sync(ReplicaCore):
         refused = 0
         fleet_ops = False
         touched: dict[int, list[int]] = {}
-        arrived = store.arrival_time(cur, self._wall())
+        now = self._wall()
+        arrived = store.arrival_time(cur, now)
+        kept = purge.setting(cur)
+        horizon = 0 if kept is None else kept.horizon_ms
+        contig: dict[int, int] = {}
         for op, position in zip(decoded, positions, strict=True):
             if removed and membership.barred(removed, op.origin, op.seq, self.node_key):
                 refused += 1
@@ -145,7 +151,13 @@ class Sync(ReplicaCore):
             oid = self._oids.get(op.origin) or new_oids.get(op.origin)
             if oid is None:  # remembered once the transaction commits (a rollback forgets the row)
                 oid = new_oids[op.origin] = store.origin_id(cur, op.origin)
-            if self.purged_on_arrival(cur, op):
+            if oid not in contig:
+                contig[oid] = int(cur.execute("SELECT contig FROM origins WHERE oid = ?", (oid,)).fetchone()[0])
+            if op.seq <= contig[oid] and oid != self._self_oid:  # not held, yet counted: purged here
+                continue
+            if retention.purgeable_on_arrival(op, horizon, now):  # every replica purges it: never stored
+                for role, at in firstseen.sightings(op):  # what it showed stays, as on a replica that held it
+                    firstseen.record(cur, role, at)
                 touched.setdefault(oid, []).append(op.seq)
                 continue
             lseq = store.store_op(cur, oid, op, arrived)
@@ -157,11 +169,6 @@ class Sync(ReplicaCore):
         for oid, gone in touched.items():
             _advance(cur, oid, gone)
         return new, new_index, refused, fleet_ops
-
-    def purged_on_arrival(self, cur: Any, op: Op) -> bool:
-        """Whether ``op`` arrives already past what this replica keeps (retention): then it is
-        counted in its origin's vector, never stored. Nothing is, until a horizon is set."""
-        return False
 
     def _observe(self, cur: Any, seen: int) -> None:
         """Move this node's clock past ``seen`` (within the allowed drift)."""
