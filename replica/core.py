@@ -139,7 +139,7 @@ class ReplicaCore:
             raw = opsmod.encode(self.node_key, seq, stamp, kind, body, sign=self._ident.sign)
             if len(raw) > opsmod.MAX_OP_BYTES:  # peers would refuse it, and sync would stall on it
                 raise InvalidArgument(f"the change is {len(raw)} bytes as an op; the limit is {opsmod.MAX_OP_BYTES}")
-            op = Op(self.node_key, seq, stamp, kind, body, raw)
+            op = opsmod.local_op(Op(self.node_key, seq, stamp, kind, body, raw))
             lseq = store.store_op(cur, self._self_oid, op, max(now, int(arrived or 0)))
             assert lseq is not None
         self._notify()

@@ -38,7 +38,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from replica import identity, membership, retention
@@ -413,6 +413,12 @@ def read_stored(raw: bytes) -> Op:
     what this release understands of it is judged again (an older release may have stored it)."""
     _unsigned, _sig, header = _unwrap(raw)
     return _judged(header, raw)
+
+
+def local_op(op: Op) -> Op:
+    """An op this node just wrote (its body checked strictly): understood, and taken by a peer of
+    the first release only when it is of that release's kinds and tables."""
+    return replace(op, understood=True, v1=op.kind in V1_KINDS and not _v1_tables_exceeded(op.kind, op.body))
 
 
 def _judged(header: list[Any], raw: bytes) -> Op:

@@ -328,3 +328,17 @@ def test_status_and_doctor_say_what_waits_for_an_upgrade(fleet: Fleet) -> None:
     replica = next(f for f in json.loads(doctor.stdout)["findings"] if f["check"] == "replica")
     assert replica["status"] == "warn" and "2 from a newer peerd" in replica["detail"]
     assert "upgrade peerd" in replica["fix"]
+
+
+def test_this_releases_own_new_kinds_are_never_offered_to_a_first_release_peer(mem: Replica) -> None:
+    """A retention op this node writes (a kind 0.1.0 does not know) is marked so: the first-release
+    modes skip it, and the messages after it still go."""
+    mem.send_message("p", "c", "before")
+    mem.set_retention(365 * 86_400_000)
+    mem.send_message("p", "c", "after")
+    every = mem.ops_missing({}, 1 << 20)
+    pushed = mem.ops_missing({}, 1 << 20, V1_ALL)
+    assert len(every.ops) == len(pushed.ops) + 1
+    assert {opsmod.read_stored(r).kind for r in every.ops} - {opsmod.read_stored(r).kind for r in pushed.ops} == {"ret"}
+    run = mem.ops_missing({}, 1 << 20, V1_RUN)
+    assert "ret" not in {opsmod.read_stored(r).kind for r in run.ops}
