@@ -3,8 +3,9 @@
 Checks, in order: the home folder, ``config.toml``, the node key, the replica
 file, the daemon (``daemon.json``, its process, its local API), the peer and
 local ports, mDNS, every seed and every peer the daemon knows (reachable, same
-fleet), each answering peer's clock against ours, and the fleet's membership news
-(another fleet on this LAN, join requests waiting, this node removed).
+fleet), each answering peer's clock against ours, the fleet's membership news
+(another fleet on this LAN, join requests waiting, this node removed), and the
+retention horizon with what the last purge removed.
 
 Invariants:
 * Doctor changes nothing: the replica file is only looked at read-only
@@ -16,87 +17,41 @@ Invariants:
   failed is a ``skip`` saying why, not a second failure.
 * Findings are plain values built by small functions; the I/O (files,
   sockets, HTTP) sits in thin probes that translate every error into a finding.
-* Peers are probed with the daemon's own transport and codec
-  (``peerd.transport``, ``peerd.protocol``), all at once, each bounded by the timeout.
+* Peers are probed with the daemon's own transport and codec, all at once, each bounded by
+  the timeout (``peerd.probing``); findings and the report are ``peerd.findings``'.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import email.utils
 import errno
 import json
 import os
 import socket
 import stat
-import time
 import urllib.request
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from discovery.netif import probe_mdns_port
 from discovery.seeds import format_seed
-from peerd import forks, protocol
+from peerd import forks
 from peerd import home as homes
-from peerd.config import Config, load_config, normalize_seed, parse_seed
-from peerd.errors import ConfigError, DaemonError, SealError, TransportError
-from peerd.protocol import ProtocolError
-from peerd.seal import open_sealed, seal
-from peerd.transport import Answer, HttpTransport, Transport
+from peerd.cli.retention import summary_lines as retention_summary
+from peerd.config import Config, load_config
+from peerd.errors import ConfigError, DaemonError
+from peerd.findings import FAIL, OK, SKIP, WARN, Finding, Report, format_report
+from peerd.probing import Probe, canonical, clock_finding, clock_skew, peer_finding, probe_all, seed_finding
 from replica import StoreError, check_file, identity
+from replica.purge import read_state as read_retention
 
-OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
+__all__ = ["FAIL", "OK", "SKIP", "WARN", "Finding", "Probe", "Report", "clock_skew", "format_report",
+           "membership_findings", "run_checks"]
+
 MDNS_PORT = 5353
-CLOCK_OK_S = 2.0  # the Date header has whole seconds: anything under this is noise
-CLOCK_FAIL_S = 60.0  # the hybrid clocks cap a remote clock this far ahead (replica.hlc)
-MAX_PROBES = 64
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-@dataclass(frozen=True)
-class Finding:
-    check: str
-    status: str
-    subject: str
-    detail: str
-    fix: str | None = None
-
-
-@dataclass
-class Report:
-    home: str
-    findings: list[Finding] = field(default_factory=list)
-
-    @property
-    def failed(self) -> bool:
-        return any(f.status == FAIL for f in self.findings)
-
-    def counts(self) -> dict[str, int]:
-        return {s: sum(1 for f in self.findings if f.status == s) for s in (OK, WARN, FAIL, SKIP)}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"home": self.home, "healthy": not self.failed, "counts": self.counts(),
-                "findings": [asdict(f) for f in self.findings]}
-
-
-def format_report(report: Report) -> str:
-    marks = {OK: "ok  ", WARN: "warn", FAIL: "FAIL", SKIP: "skip"}
-    width = max((len(f.check) for f in report.findings), default=8)
-    lines = [f"peerd doctor: {report.home}"]
-    for f in report.findings:
-        lines.append(f"  {marks[f.status]}  {f.check.ljust(width)}  {f.subject}: {f.detail}" if f.subject
-                     else f"  {marks[f.status]}  {f.check.ljust(width)}  {f.detail}")
-        if f.fix and f.status in (WARN, FAIL):
-            lines.append(f"        {' ' * width}  fix: {f.fix}")
-    c = report.counts()
-    lines.append(f"{c[OK]} ok, {c[WARN]} warning(s), {c[FAIL]} problem(s)"
-                 + (f", {c[SKIP]} skipped" if c[SKIP] else "")
-                 + ("" if report.failed else " - nothing needs fixing" if not c[WARN] else ""))
-    return "\n".join(lines)
 
 
 # -- files -------------------------------------------------------------------------------------
@@ -348,162 +303,18 @@ def membership_findings(status: dict[str, Any] | None) -> list[Finding]:
     return out
 
 
-# -- probing peers --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Probe:
-    """What one sealed request to a peer port showed."""
-
-    address: str
-    kind: str  # ok, self, unresolvable, refused, timeout, unreachable, wrong-fleet, not-peerd
-    detail: str
-    node: str | None = None  # short node id (hex) of whoever answered
-    rtt: float | None = None
-    skew: float | None = None  # their clock minus ours, seconds
-
-    @property
-    def ok(self) -> bool:
-        return self.kind in ("ok", "self")
-
-
-def clock_skew(date_header: str | None, sent: float, received: float, reply_ms: object = None) -> float | None:
-    """Their clock minus ours: from a millisecond clock in the reply when the peer sends one,
-    else from the HTTP Date header (whole seconds, so +-1 s)."""
-    mid = (sent + received) / 2
-    if isinstance(reply_ms, int) and not isinstance(reply_ms, bool):
-        return reply_ms / 1000 - mid
-    if not date_header:
-        return None
-    try:
-        when = email.utils.parsedate_to_datetime(date_header).timestamp()
-    except (TypeError, ValueError):
-        return None
-    return when + 0.5 - mid  # the header truncates to the second
-
-
-async def probe(transport: Transport, address: str, fleet_key: bytes, seconds: float,
-                me: str | None = None) -> Probe:
-    """One sealed ``peers`` request to ``address`` (host:port), naming nothing of ours; the
-    transport bounds it to ``seconds``."""
-    try:
-        host, port = parse_seed(address)
-        await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except ConfigError as exc:
-        return Probe(address, "unresolvable", str(exc))
-    except OSError as exc:
-        return Probe(address, "unresolvable", f"cannot resolve it: {exc.strerror or exc}")
-    sent = time.time()
-    try:
-        answer = await transport.post(address, seal(fleet_key, protocol.encode(protocol.probe())))
-    except TransportError as exc:
-        return Probe(address, exc.kind, _no_answer(exc, seconds))
-    return _classify(address, answer, key=fleet_key, sent=sent, received=time.time(), me=me)
-
-
-def _no_answer(exc: TransportError, seconds: float) -> str:
-    if exc.kind == "refused":
-        return "connection refused: nothing listens there"
-    if exc.kind == "timeout":
-        return f"no answer within {seconds:g} s"
-    if exc.kind in ("not-peerd", "too-large"):
-        return f"answers, but not like a peerd peer port ({exc.detail})"
-    return exc.detail
-
-
-def _classify(address: str, answer: Answer, *, key: bytes, sent: float, received: float, me: str | None) -> Probe:
-    rtt = received - sent
-    status = answer.status
-    if status == 403:
-        return Probe(address, "wrong-fleet", "refused our sealed request: it belongs to another fleet "
-                     "(different fleet key)", rtt=rtt, skew=clock_skew(answer.date, sent, received))
-    try:
-        reply = protocol.decode(open_sealed(key, answer.body))
-    except SealError:
-        return Probe(address, "not-peerd", f"answers HTTP {status}, but not with a body sealed by our fleet key",
-                     rtt=rtt)
-    except ProtocolError:
-        return Probe(address, "not-peerd", f"answers HTTP {status} with an unreadable body", rtt=rtt)
-    node = protocol.envelope(reply).sender
-    used = protocol.versions.negotiate(protocol.versions.stated(reply))
-    if isinstance(used, protocol.versions.NoCommon):
-        return Probe(address, "other-version", f"a peerd that {used}", node=node.hex() if node else None, rtt=rtt)
-    if status != 200 or node is None:
-        return Probe(address, "not-peerd", f"answers HTTP {status} without a peer reply", rtt=rtt)
-    skew = clock_skew(answer.date, sent, received, reply.get("c"))
-    kind = "self" if me is not None and me.startswith(node.hex()) else "ok"
-    what = "this node itself" if kind == "self" else f"node {node.hex()}"
-    return Probe(address, kind, f"{what}, same fleet, wire {used}, {rtt * 1000:.0f} ms", node=node.hex(), rtt=rtt,
-                 skew=skew)
-
-
-_PROBE_FIX = {
-    "unresolvable": "check the host name (DNS or /etc/hosts), or use an IP address",
-    "refused": "start peerd there, or correct the port (the peer port, 7733 unless configured otherwise)",
-    "timeout": "the host may be down, or a firewall drops the port: allow TCP to it",
-    "unreachable": "check the network path to that host (routing, VPN, firewall)",
-    "wrong-fleet": "bring that machine into this fleet: `peerd join --lan` there, then `peerd approve CODE` here "
-                   "(or `peerd invite` here, `peerd join TOKEN` there)",
-    "not-peerd": "something other than peerd listens there: correct the address or port",
-    "other-version": "upgrade the older of the two peerd releases (peerd --version shows what each speaks)",
-}
-
-
-def seed_finding(p: Probe) -> Finding:
-    if p.kind == "self":
-        return Finding("seed", OK, p.address, "this node itself (harmless: it is skipped)")
-    if p.ok:
-        return Finding("seed", OK, p.address, p.detail)
-    return Finding("seed", FAIL, p.address, p.detail, _PROBE_FIX.get(p.kind))
-
-
-def peer_finding(p: Probe, row: dict[str, Any]) -> Finding:
-    view = f"found by {row.get('found_by')}, lag {row.get('lag') if row.get('lag') is not None else '?'}"
-    if p.ok:
-        return Finding("peer", OK, p.address, f"{p.detail}; {view}")
-    status = FAIL if p.kind == "wrong-fleet" else WARN
-    daemon = f"; the daemon's last error: {row['last_error']}" if row.get("last_error") else ""
-    return Finding("peer", status, p.address, f"{p.detail} ({view}){daemon}", _PROBE_FIX.get(p.kind))
-
-
-def clock_finding(p: Probe) -> Finding | None:
-    if p.skew is None or p.kind == "self":
-        return None
-    off = abs(p.skew)
-    direction = "ahead of" if p.skew > 0 else "behind"
-    text = f"about {off:.0f} s {direction} ours" if off >= 1 else "agrees with ours (within a second)"
-    fix = "turn on time sync (NTP) on the machine whose clock is off, e.g. `timedatectl set-ntp true`"
-    if off <= CLOCK_OK_S:
-        return Finding("clock", OK, p.address, text)
-    if off <= CLOCK_FAIL_S:
-        return Finding("clock", WARN, p.address, text + ": message times and last-writer-wins look skewed", fix)
-    return Finding("clock", FAIL, p.address, text + f": beyond the {CLOCK_FAIL_S:.0f} s the hybrid clocks accept; "
-                   "its messages get capped timestamps", fix)
-
-
-def probe_all(addresses: Iterable[str], cfg: Config, timeout: float, me: str | None) -> dict[str, Probe]:
-    """Probe every address at once (at most ``MAX_PROBES`` of them)."""
-    todo = list(dict.fromkeys(addresses))[:MAX_PROBES]
-    return asyncio.run(_probe_all(todo, cfg, timeout, me)) if todo else {}
-
-
-async def _probe_all(todo: Sequence[str], cfg: Config, seconds: float, me: str | None) -> dict[str, Probe]:
-    transport = HttpTransport(max_body=cfg.max_body_bytes, total=seconds)
-    try:
-        results = await asyncio.gather(*(probe(transport, a, cfg.fleet_key, seconds, me) for a in todo))
-    finally:
-        await transport.close()
-    return dict(zip(todo, results, strict=True))
-
-
-def _canonical(address: str) -> str:
-    try:
-        return normalize_seed(address)
-    except ConfigError:
-        return address
-
-
-# -- the whole run ----------------------------------------------------------------------------------
+def retention_finding(home: Path, status: dict[str, Any] | None) -> Finding:
+    """The fleet's horizon and the last purge here: from the daemon, else from the file (read-only)."""
+    state = (status or {}).get("retention")
+    if not isinstance(state, dict):
+        path = homes.replica_path(home)
+        if not path.exists():
+            return Finding("retention", SKIP, "", "no replica yet")
+        try:
+            state = read_retention(str(path)).to_dict()
+        except StoreError as exc:
+            return Finding("retention", SKIP, "", f"cannot read it: {exc}")
+    return Finding("retention", OK, "", "; ".join(" ".join(line.split()) for line in retention_summary(state)))
 
 
 def in_force(cfg: Config, status: dict[str, Any] | None) -> Config:
@@ -539,13 +350,14 @@ def run_checks(home: Path, *, timeout: float = 3.0) -> Report:
         return report
     cfg = in_force(file_cfg, status)
     peers = [p for p in (status or {}).get("peers", []) if isinstance(p, dict) and "address" in p]
-    seeds = [_canonical(s) for s in cfg.seeds]
+    seeds = [canonical(s) for s in cfg.seeds]
     own = format_seed("127.0.0.1", status["peer_port"]) if status is not None and "peer_port" in status else None
     addresses = [*seeds, *(p["address"] for p in peers), *([own] if own else [])]
     probes = probe_all(addresses, cfg, timeout, node_id)
     report.findings += check_ports(cfg, status, probes.get(own) if own else None)
     add(check_mdns(cfg, status, lan_addresses() if cfg.mdns else [], probe_mdns_port() if cfg.mdns else None))
     report.findings += membership_findings(status)
+    add(retention_finding(home, status))
     for s in seeds:
         add(seed_finding(probes[s]) if s in probes else Finding("seed", SKIP, s, "too many addresses to probe"))
     for row in peers:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from mcp_server.waiter import FeedWaiter
 from replica import PeerdError, Replica
@@ -28,19 +30,22 @@ INDEX_DELAY = 1.0
 INDEX_STEP = 5000
 
 
-async def keep_indexed(rep: Replica, waiter: FeedWaiter, *, delay: float = INDEX_DELAY,
-                       step: int = INDEX_STEP, hold: asyncio.Event | None = None) -> None:
+async def keep_indexed(rep: Replica, waiter: FeedWaiter, *, delay: float = INDEX_DELAY, step: int = INDEX_STEP,
+                       sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                       offload: Callable[..., Awaitable[Any]] = asyncio.to_thread,
+                       hold: asyncio.Event | None = None) -> None:
     """Index what lands, ``step`` ops at a time, ``delay`` seconds after each change; ends on close.
-    Each step first waits for ``hold`` to be set (a snapshot being taken holds indexing back)."""
+    ``sleep`` and ``offload`` (how the work leaves the loop) are the node's. Each step first waits for
+    ``hold`` to be set (a snapshot being taken holds indexing back)."""
     failed: set[str] = set()
     while not waiter.closed:
-        await asyncio.sleep(delay)
+        await sleep(delay)
         mark = waiter.mark
         try:
             while True:
                 if hold is not None:
                     await hold.wait()
-                if not await asyncio.to_thread(rep.catch_up_step, step):
+                if not await offload(rep.catch_up_step, step):
                     break
         except Exception as exc:
             kind = type(exc).__name__

@@ -121,9 +121,10 @@ def _stale(p: Peer, now: float, stale_after: float) -> bool:
 
 
 class PeerTable:
-    def __init__(self, me: bytes) -> None:
+    def __init__(self, me: bytes, rng: random.Random | None = None) -> None:
         self.me = me
         self.peers: dict[str, Peer] = {}
+        self.rng = rng or random.Random()  # jitter and choices; a test passes a seeded one
 
     def add(self, host: str, port: int, source: str, node: bytes | None = None, now: float = 0.0) -> Peer | None:
         """Record a candidate; returns the peer if it is new. Never adds ourselves, nor a
@@ -169,7 +170,7 @@ class PeerTable:
 
     def failed(self, peer: Peer, now: float, error: str) -> None:
         peer.failures += 1
-        peer.next_try = now + backoff(peer.failures) * random.uniform(0.8, 1.2)
+        peer.next_try = now + backoff(peer.failures) * self.rng.uniform(0.8, 1.2)
         peer.last_error = error
 
     def mark_gone(self, node_hex: str) -> None:
@@ -190,14 +191,14 @@ class PeerTable:
         fresh = [p for p in due if p.last_sync is None and p.failures == 0]
         live = [p for p in due if p.reachable and p not in fresh]
         retry = [p for p in due if not p.reachable and p not in fresh]
-        random.shuffle(live)
-        random.shuffle(retry)
+        self.rng.shuffle(live)
+        self.rng.shuffle(retry)
         return fresh + live[: max(0, k - len(fresh))] + retry[:1]
 
     def push_targets(self, k: int, exclude: bytes | None = None) -> list[Peer]:
         """Up to ``k`` random live peers for push on write."""
         live = [p for p in self.live() if exclude is None or p.node != exclude]
-        random.shuffle(live)
+        self.rng.shuffle(live)
         return live[:k]
 
     def exchange_records(self, now: float) -> list[PeerRecord]:

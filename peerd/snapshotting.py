@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from peerd import memory, protocol
 from peerd.errors import PeerError, TransportError
-from peerd.protocol import Msg, snapshot, versions
+from peerd.protocol import Msg, answers, snapshot, versions
 from peerd.protocol.snapshot import Opening
 from replica import vector
 from replica.errors import PeerdError, RemoteError
@@ -92,8 +92,8 @@ class Snapshotting:
         self.node.spawn(self._check_loop())
 
     def status(self) -> dict[str, Any]:
-        prog = self.node.catchup
-        taking = None if self.taking is None else {**self.taking, **(prog.to_dict() if prog else {})}
+        prog = self.node.catchup_report()
+        taking = None if self.taking is None else {**self.taking, **(prog or {})}
         return {"taking": taking, "unchecked": self.unchecked, "checked": self.checked, "forged": dict(self.forged),
                 "taken_ops": self.taken, "served_pages": self.served}
 
@@ -104,33 +104,36 @@ class Snapshotting:
         is a ``PeerError`` of the round. Asking the peer's vector holds nobody up: only taking a
         snapshot is one at a time, and every round waits while one is taken."""
         await self.idle.wait()
-        ours, held = await asyncio.to_thread(lambda: (self.rep.vector(), self.rep.snapshot_taking()))
+        ours, held = await self.node.offload(self._where_we_stand)
         resume = held if held is not None and held[0].peer == peer.addr else None
         if not self._worth_asking(peer, ours, resume is not None):
             return
         theirs = await self._theirs(peer, ours)
         async with self._lock:
-            ours = await asyncio.to_thread(self.rep.vector)  # another snapshot may have ended meanwhile
+            ours = await self.node.offload(self.rep.vector)  # another snapshot may have ended meanwhile
             far = theirs is not None and protocol.behind(theirs, protocol.shorten(ours)) >= SNAPSHOT_BEHIND
             if not peer.takes_every_op or (resume is None and not far):
                 if held is not None and resume is None and not far:  # left by a peer gone since: rounds do the rest
-                    await asyncio.to_thread(self.rep.end_snapshot)
+                    await self.node.offload(self.rep.end_snapshot)
                 return
             self.idle.clear()
             try:
                 await self._take(peer, ours, resume)
             except (RemoteError, PeerError) as exc:
                 if not isinstance(exc, TransportError):  # it answered, wrongly: give this snapshot up
-                    self._declined[peer.addr] = time.monotonic() + DECLINE_BAD
-                    await asyncio.to_thread(self.rep.end_snapshot)
+                    self._declined[peer.addr] = self.node.clock.now() + DECLINE_BAD
+                    await self.node.offload(self.rep.end_snapshot)
                 raise PeerError(f"snapshot failed: {exc}", peer=peer.addr) from None
             finally:
                 self.taking = None
                 self.idle.set()
                 self._check.set()
 
+    def _where_we_stand(self) -> tuple[dict[bytes, int], tuple[Taking, Cursor | None] | None]:
+        return self.rep.vector(), self.rep.snapshot_taking()
+
     def _worth_asking(self, peer: Peer, ours: dict[bytes, int], resuming: bool) -> bool:
-        now = time.monotonic()
+        now = self.node.clock.now()
         if (peer.wire is not None and not peer.takes_every_op) or now < self._declined.get(peer.addr, 0.0):
             return False
         if resuming or now - self._probed.get(peer.addr, -PROBE_EVERY) >= PROBE_EVERY:
@@ -141,21 +144,18 @@ class Snapshotting:
     async def _theirs(self, peer: Peer, ours: dict[bytes, int]) -> dict[bytes, int] | None:
         """The peer's vector (short ids, removed origins capped), asked with a digest-only ``sync``
         (no page comes back); None when it equals ours. Learns the wire the peer speaks too."""
-        self._probed[peer.addr] = time.monotonic()
+        self._probed[peer.addr] = self.node.clock.now()
         reply = await self._call(peer, versions.state({"t": protocol.SYNC, "d": vector.digest(ours)}))
         theirs = protocol.reply_vector(reply)
         if reply.get("t") == protocol.SAME or theirs is None:
             return None
-        removed = protocol.shorten(await asyncio.to_thread(self.rep.removed))
+        removed = protocol.shorten(await self.node.offload(self.rep.removed))
         return cap_vector(theirs, removed)
 
     async def _call(self, peer: Peer, msg: Msg) -> Msg:
         reply = await self.node.call(peer, msg)
-        answerer = protocol.envelope(reply).sender
-        if answerer == self.node.me:
-            self.node.table.drop_self(peer)
+        if not self.node.core.replied(peer, protocol.envelope(reply).sender, self.node.clock.now()):
             raise PeerError("is this node itself", peer=peer.addr)
-        self.node.table.succeeded(peer, time.monotonic(), answerer)
         return reply
 
     # -- taking -----------------------------------------------------------------------------
@@ -169,7 +169,7 @@ class Snapshotting:
                 return
             except _Gone:
                 log.info("%s no longer holds the snapshot we were taking from it; opening a new one", peer.addr)
-                ours = await asyncio.to_thread(self.rep.vector)
+                ours = await self.node.offload(self.rep.vector)
         opened = await self._open(peer, ours)
         if opened is not None:
             try:
@@ -183,15 +183,15 @@ class Snapshotting:
         except TransportError:
             raise
         except PeerError as exc:  # it does not offer one now: the round syncs as always
-            self._declined[peer.addr] = time.monotonic() + DECLINE_FOR
+            self._declined[peer.addr] = self.node.clock.now() + DECLINE_FOR
             log.info("%s offers no snapshot now (%s); syncing by rounds", peer.addr, exc)
             return None
         opening = snapshot.check_opening(reply, ours, protocol.envelope(reply).sender)
-        why = await asyncio.to_thread(self.rep.signer_standing, opening.signer, opening.fleet_ops)
+        why = await self.node.offload(self.rep.signer_standing, opening.signer, opening.fleet_ops)
         if why is not None:
             raise protocol.ProtocolError(f"its signer is not a member of this fleet: {why}")
-        taking = Taking(peer.addr, opening.id, opening.signer, opening.point, time.time())
-        await asyncio.to_thread(self.rep.begin_snapshot, taking, opening.cursor, opening.fleet_ops)
+        taking = Taking(peer.addr, opening.id, opening.signer, opening.point, self.node.clock.wall())
+        await self.node.offload(self.rep.begin_snapshot, taking, opening.cursor, opening.fleet_ops)
         return taking, opening, opening.cursor
 
     async def _pages(self, peer: Peer, taking: Taking, opening: Opening, cursor: Cursor | None,
@@ -205,16 +205,16 @@ class Snapshotting:
         try:
             while fetch is not None and cursor is not None:
                 reply = await fetch
-                page, nxt = await asyncio.to_thread(self._prepare, reply, opening, cursor)
+                page, nxt = await self.node.offload(self._prepare, reply, opening, cursor)
                 fetch = None if nxt is None else asyncio.ensure_future(self._page(peer, taking.id, nxt))
                 if storing is not None:
                     stored += await self._stored(storing)
-                storing = asyncio.ensure_future(asyncio.to_thread(self.rep.store_page, taking, page, nxt))
+                storing = asyncio.ensure_future(self.node.offload(self.rep.store_page, taking, page, nxt))
                 cursor = nxt
             if storing is not None:
                 stored, storing = stored + await self._stored(storing), None
             if opening.cursor is None:
-                await asyncio.to_thread(self.rep.end_snapshot)  # nothing to take: the opening said so
+                await self.node.offload(self.rep.end_snapshot)  # nothing to take: the opening said so
         finally:
             if fetch is not None:
                 fetch.cancel()
@@ -222,8 +222,8 @@ class Snapshotting:
                 if task is not None:
                     with contextlib.suppress(BaseException):
                         await task
-            await asyncio.to_thread(memory.trim)  # pages of ops freed (peerd.memory)
-        took = time.monotonic() - self._started
+            await self.node.offload(memory.trim)  # pages of ops freed (peerd.memory)
+        took = self.node.clock.now() - self._started
         log.info("took the snapshot from %s: %d ops stored in %.1f s (%.0f ops/s); their signatures are "
                  "checked in the background", peer.addr, stored, took, stored / max(took, 1e-6))
 
@@ -246,7 +246,7 @@ class Snapshotting:
 
     def _began(self, peer: Peer, taking: Taking, ours: dict[bytes, int], resumed: bool) -> None:
         tops = {protocol.short(k): t for k, t in zip(taking.point.origins, taking.point.tops, strict=True)}
-        prog = protocol.Progress(peer.addr, protocol.behind(tops, protocol.shorten(ours)), tops)
+        prog = protocol.Progress(peer.addr, protocol.behind(tops, protocol.shorten(ours)), tops, self.node.clock.now())
         self.node.catchup = prog  # the round that follows reports it done (peerd status, the log)
         self._started = prog.started
         self._logged = prog.started
@@ -258,10 +258,11 @@ class Snapshotting:
         prog = self.node.catchup
         if prog is None:
             return
-        prog.advance(protocol.shorten(await asyncio.to_thread(self.rep.vector)))
-        if time.monotonic() - self._logged >= PROGRESS_EVERY:
-            self._logged = time.monotonic()
-            d = prog.to_dict()
+        prog.advance(await self.node.our_vector())
+        now = self.node.clock.now()
+        if now - self._logged >= PROGRESS_EVERY:
+            self._logged = now
+            d = prog.to_dict(now)
             log.info("taking a snapshot from %s: %s%% (%d/%d ops, %s ops/s, ETA %s s)", d["peer"], d["percent"],
                      d["done"], d["total"], d["rate"], d["eta"])
 
@@ -272,21 +273,23 @@ class Snapshotting:
         we take a snapshot (503); None for every other request."""
         if not self.idle.is_set() and (req.kind in (protocol.SYNC, protocol.SNAP)
                                        or (req.kind == protocol.PUSH and req.msg.get("r"))):
-            return protocol.error_reply(RuntimeError(BUSY)), 503
+            return protocol.error_reply(RuntimeError(BUSY)), answers.UNAVAILABLE
         if req.kind != protocol.SNAP:
             return None
         try:
-            reply = await asyncio.to_thread(
-                snapshot.serve, self.rep, req.msg, self.shelf, budget=self.node.cfg.page_bytes, sign=self._sign,
-                signer=self.rep.node_key, now=time.monotonic(), token=os.urandom(snapshot.ID_BYTES))
+            reply = await self.node.offload(self._serve, req.msg, self.node.clock.now())
         except snapshot.Unavailable as exc:
-            return protocol.error_reply(exc), 503
+            return protocol.error_reply(exc), answers.UNAVAILABLE
         except RemoteError as exc:
             self.node.refuse(remote, str(exc))
-            return protocol.error_reply(exc), 400
+            return protocol.error_reply(exc), answers.BAD_REQUEST
         self.served += 1
         versions.state(reply)
-        return protocol.sign_reply(reply, me=self.node.me, kind=protocol.SHOT, clock_ms=0), 200
+        return protocol.sign_reply(reply, me=self.node.me, kind=protocol.SHOT, clock_ms=0), answers.OK
+
+    def _serve(self, msg: Msg, now: float) -> Msg:
+        return snapshot.serve(self.rep, msg, self.shelf, budget=self.node.cfg.page_bytes, sign=self._sign,
+                              signer=self.rep.node_key, now=now, token=os.urandom(snapshot.ID_BYTES))
 
     def _sign(self, data: bytes) -> bytes:
         return bytes(self.rep.signing_key.sign(data).signature)
@@ -299,8 +302,8 @@ class Snapshotting:
             await self._check.wait()
             self._check.clear()
             try:
-                self.unchecked = await asyncio.to_thread(self.rep.vouched_left)
-                self.forged = await asyncio.to_thread(self.rep.forged_by)
+                self.unchecked = await self.node.offload(self.rep.vouched_left)
+                self.forged = await self.node.offload(self.rep.forged_by)
                 while await self._check_step():
                     pass
             except Exception as exc:  # the store failed for now, or a bug: the next snapshot tries again
@@ -312,14 +315,14 @@ class Snapshotting:
 
     async def _check_step(self) -> bool:
         await self.idle.wait()
-        step, spent = await asyncio.to_thread(self._check_timed)
+        step, spent = await self.node.offload(self._check_timed)
         if step is None:
             self.unchecked = 0
             return False
         self.unchecked, self.checked = step.left, self.checked + step.checked
         who = step.signer.hex()
         if step.forged:
-            self.forged = await asyncio.to_thread(self.rep.forged_by)
+            self.forged = await self.node.offload(self.rep.forged_by)
             log.error("%d ops that node %s vouched for in a snapshot do not verify (first: origin %s seq %d): "
                       "dropped, and fetched again from peers; that member sent forged ops: check it, and remove "
                       "it (peerd remove %s) if it is not yours", len(step.forged), who[:16],
@@ -327,7 +330,7 @@ class Snapshotting:
         if step.left == 0:
             log.info("checked the signatures of the ops node %s vouched for: %s", who[:16],
                      f"{self.forged[who]} forged, dropped" if self.forged.get(who) else "all genuine")
-        await asyncio.sleep(spent * (1 / CHECK_SHARE - 1))  # leave the core to others
+        await self.node.clock.sleep(spent * (1 / CHECK_SHARE - 1))  # leave the core to others
         return True
 
     def _check_timed(self) -> tuple[VouchCheck | None, float]:

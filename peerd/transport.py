@@ -38,7 +38,7 @@ import asyncio
 import itertools
 import logging
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -383,7 +383,18 @@ class MemoryNetwork:
 
     servers: dict[str, Server] = field(default_factory=dict)
     posts: list[Post] = field(default_factory=list)  # every request carried, in order
+    cuts: set[frozenset[str]] = field(default_factory=set)  # pairs of addresses that cannot reach each other
     _ports: itertools.count[int] = field(default_factory=lambda: itertools.count(20_000))
+
+    def cut(self, *groups: Iterable[str]) -> None:
+        """Split the network: no address of one group reaches one of another, either way."""
+        sides = [set(g) for g in groups]
+        for i, side in enumerate(sides):
+            for other in sides[i + 1:]:
+                self.cuts.update(frozenset((a, b)) for a in side for b in other)
+
+    def heal(self) -> None:
+        self.cuts.clear()
 
     def transport(self, host: str = "127.0.0.1") -> MemoryTransport:
         return MemoryTransport(self, host)
@@ -414,6 +425,9 @@ class MemoryTransport:
         if server is None:
             raise TransportError("cannot reach: nothing listens there", peer=addr, kind="refused",
                                  detail="connection refused")
+        if frozenset((self.addr, addr)) in self.network.cuts:
+            raise TransportError("cannot reach: the network is cut", peer=addr, kind="unreachable",
+                                 detail="no route to host")
         self.network.posts.append(Post(self.addr, addr, bytes(body), path))
         if path == JOIN_PATH:
             return await server.join(bytes(body), self.host)

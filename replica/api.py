@@ -6,7 +6,8 @@ identity, the write path): ``messaging`` (send, inbox, receipts, the log),
 ``threads``, ``pending`` (mail not yet delivered, for pushes and hooks),
 ``sync`` (vectors, pages of ops, apply, state checks), ``snapshot`` and
 ``vouching`` (serving and taking snapshots, checking afterwards what they let
-through), and ``fleet`` (membership: admitting, removing, rotating the fleet key). The
+through), ``fleet`` (membership: admitting, removing, rotating the fleet key), and ``horizon``
+(retention: the fleet's horizon, purging what is past it). The
 argument checks they share are pure functions in ``checks``.
 
 Invariants (of every method, whichever area holds it):
@@ -27,7 +28,7 @@ from replica import identity as idmod
 from replica import routing
 from replica.checks import DEFAULT_LIMIT, MAX_LIMIT, check_count, check_name
 from replica.core import Listener, now_ms
-from replica.fleet import Fleet
+from replica.horizon import Retention
 from replica.ids import agent_id_for
 from replica.messaging import Messaging
 from replica.pending import PendingMail
@@ -37,7 +38,7 @@ from replica.threads import Threads
 from replica.vouching import Vouching
 
 
-class Replica(Messaging, PendingMail, Search, Threads, Vouching, Fleet):
+class Replica(Messaging, PendingMail, Search, Threads, Vouching, Retention):
     """One replica: a SQLite file (or ``:memory:``) plus this node's identity."""
 
     @classmethod

@@ -5,7 +5,8 @@ Invariants:
 * Every change is one signed op written in one transaction together with its
   projections (``_write``); a call that raises has written nothing.
 * This node's seq and clock come from its newest op, read inside the write
-  transaction, so own seqs stay contiguous across processes sharing the file.
+  transaction, so own seqs stay contiguous across processes sharing the file;
+  never below the floor a purge of own ops leaves in ``origins`` (``top``, ``hlc``).
 * Listeners are called after the commit, from the writing thread, and only
   when new ops were stored.
 """
@@ -31,9 +32,10 @@ BodyMaker = Callable[[int, int], dict[str, Any]]
 
 # This node's own seq and clock come from its newest op (no extra row to update per write):
 # own ops are always contiguous because each takes the next seq inside the write transaction.
+# ``top`` is the floor a purge leaves when it deletes own ops (``replica.purge``): seqs never go back.
 # The third column is the last op's arrival time (``store.arrival_time``), read in the same step.
 LAST_OWN = (
-    "SELECT (SELECT seq FROM ops WHERE oid = ?1 ORDER BY seq DESC LIMIT 1),"
+    "SELECT max(coalesce((SELECT seq FROM ops WHERE oid = ?1 ORDER BY seq DESC LIMIT 1), 0), top),"
     " max(coalesce((SELECT hlc FROM ops WHERE oid = ?1 ORDER BY seq DESC LIMIT 1), 0), hlc),"
     " (SELECT arrived FROM ops ORDER BY lseq DESC LIMIT 1)"
     " FROM origins WHERE oid = ?1"
@@ -137,7 +139,7 @@ class ReplicaCore:
             raw = opsmod.encode(self.node_key, seq, stamp, kind, body, sign=self._ident.sign)
             if len(raw) > opsmod.MAX_OP_BYTES:  # peers would refuse it, and sync would stall on it
                 raise InvalidArgument(f"the change is {len(raw)} bytes as an op; the limit is {opsmod.MAX_OP_BYTES}")
-            op = Op(self.node_key, seq, stamp, kind, body, raw)
+            op = opsmod.local_op(Op(self.node_key, seq, stamp, kind, body, raw))
             lseq = store.store_op(cur, self._self_oid, op, max(now, int(arrived or 0)))
             assert lseq is not None
         self._notify()

@@ -38,10 +38,10 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from replica import identity, membership
+from replica import identity, membership, retention
 from replica.codec import pack, unpack
 from replica.errors import InvalidOp, Undecodable
 
@@ -352,6 +352,7 @@ def _exact(check: Callable[[Mapping[str, Any]], None], keys: frozenset[str]) -> 
 _CHECKS: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     KIND_MSG: _check_msg, KIND_SET: _check_set, KIND_RETRACT: _check_retract,
     **{kind: _exact(check, membership.BODY_KEYS[kind]) for kind, check in membership.CHECKS.items()},
+    **{kind: _exact(check, retention.BODY_KEYS[kind]) for kind, check in retention.CHECKS.items()},
 }
 
 KNOWN_KINDS = frozenset(_CHECKS)
@@ -415,6 +416,12 @@ def read_stored(raw: bytes) -> Op:
     what this release understands of it is judged again (an older release may have stored it)."""
     _unsigned, _sig, header = _unwrap(raw)
     return _judged(header, raw)
+
+
+def local_op(op: Op) -> Op:
+    """An op this node just wrote (its body checked strictly): understood, and taken by a peer of
+    the first release only when it is of that release's kinds and tables."""
+    return replace(op, understood=True, v1=op.kind in V1_KINDS and not _v1_tables_exceeded(op.kind, op.body))
 
 
 def _judged(header: list[Any], raw: bytes) -> Op:

@@ -159,8 +159,16 @@ CREATE INDEX ops_not_v1 ON ops(oid, seq) WHERE v1 = 0;
 CREATE INDEX ops_newer ON ops(lseq) WHERE newer IS NOT NULL;
 """
 
+
+# v8 (0.2.0): retention (``replica.purge``): ops by creation time, so a purge finds what is past the horizon
+# (and when the next thing will be) without reading every op.
+SCHEMA_RETENTION = """
+CREATE INDEX ops_by_hlc ON ops(hlc);
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     SCHEMA_V1, SCHEMA_V2, SCHEMA_THREAD_SEQS, SCHEMA_FIRST_SEEN, SCHEMA_KEYS, SCHEMA_FLEET, SCHEMA_NEWER_OPS,
+    SCHEMA_RETENTION,
 )
 LATEST = len(MIGRATIONS)
 KEYED = 5  # the version from which rows carry name keys (older files are rebuilt on upgrade)

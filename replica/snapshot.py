@@ -19,8 +19,9 @@ Invariants:
   (``signer_standing``) when each page is stored. Ops are stored byte for byte, so every peer that
   gets them from us verifies them as usual, and the lseqs they took are kept (``unverified``) for
   the background check (``replica.vouching``).
-* Stored ops are exactly what ``Sync.apply`` would have stored (``replica.bulk``): held ops are
-  skipped, ops of removed nodes above their cutoff refused, ops past the retention horizon counted.
+* Stored ops are exactly what ``Sync.apply`` would have stored (``replica.bulk``, and the one rule of
+  how ops land, ``sync.Landing``): held ops are skipped, ops of removed nodes above their cutoff
+  refused, ops purged here never brought back, ops past the retention horizon counted.
 """
 
 from __future__ import annotations
@@ -30,13 +31,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from replica import bulk, fleetstore, store
+from replica import bulk, fleetstore
 from replica import membership as mem
 from replica import ops as opsmod
 from replica.errors import InvalidOp
 from replica.models import ApplyResult
 from replica.ops import KIND_MSG, KIND_SET, Op
-from replica.sync import Sync, _advance, _cover
+from replica.sync import GONE, REFUSED, STORE, Landing, Sync, _advance, _cover
 
 VOUCHED = frozenset({KIND_MSG, KIND_SET})  # kinds a snapshot page stores on its signer's word
 TAKING, CURSOR, UNVERIFIED = "snapshot_taking", "snapshot_cursor", "snapshot_unverified"
@@ -294,9 +295,8 @@ class Snapshots(Sync):
                     ) -> tuple[ApplyResult, bool, list[int]]:
         """Store the ops of a page not held yet: (the result, any membership op, lseqs stored on the
         signer's word)."""
-        removed = fleetstore.removed(cur)
         held = _held(cur, decoded)
-        arrived = store.arrival_time(cur, self._wall())
+        landing = Landing(self, cur, fleetstore.removed(cur), new_oids)
         batch: list[tuple[int, Op]] = []
         positions: list[int] = []
         gone: dict[int, list[int]] = {}
@@ -304,18 +304,16 @@ class Snapshots(Sync):
         for position, op in enumerate(decoded):
             if (op.origin, op.seq) in held:
                 continue
-            if removed and mem.barred(removed, op.origin, op.seq, self.node_key):
+            fate, oid = landing.fate(op)
+            if fate == REFUSED:
                 refused += 1
-                continue
-            oid = self._oids.get(op.origin) or new_oids.get(op.origin)
-            if oid is None:
-                oid = new_oids[op.origin] = store.origin_id(cur, op.origin)
-            if self.purged_on_arrival(cur, op):
+            elif fate == GONE:
                 gone.setdefault(oid, []).append(op.seq)
-                continue
-            held.add((op.origin, op.seq))  # a page naming an op twice stores it once
-            batch.append((oid, op))
-            positions.append(position)
+            elif fate == STORE:
+                held.add((op.origin, op.seq))  # a page naming an op twice stores it once
+                batch.append((oid, op))
+                positions.append(position)
+        arrived = landing.arrived
         lseqs = bulk.store_batch(cur, batch, arrived)
         for oid in {oid for oid, _op in batch} | set(gone):
             _advance(cur, oid, gone.get(oid, ()))

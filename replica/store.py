@@ -39,7 +39,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from replica import firstseen, fleetstore, membership, routing, schema
+from replica import firstseen, fleetstore, membership, retention, routing, schema
 from replica.errors import StoreError
 from replica.hlc import wall_of
 from replica.ids import receipt_id
@@ -87,6 +87,7 @@ class Store:
     def _configure(self) -> None:
         c = self.conn
         c.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        c.execute("PRAGMA auto_vacuum = INCREMENTAL")  # takes on a new file, or at a VACUUM (``replica.purge``)
         if self.path != ":memory:":
             self._enable_wal()
         c.execute("PRAGMA synchronous = NORMAL")
@@ -313,6 +314,9 @@ def materialize(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
         settle_retraction(cur, op.body["m"])
     elif op.kind in membership.KINDS:
         fleetstore.project(cur, lseq, op)
+        return
+    elif op.kind == retention.KIND_RET:  # the fleet's horizon: one register (``replica.purge`` reads it)
+        cur.execute(_LWW_UPSERT, (retention.REGISTER, "", "h", op.body["h"], op.hlc, op.origin))
         return
     else:
         for write in known_writes(op):

@@ -23,7 +23,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from replica import fleetstore, membership, store, vector
+from replica import firstseen, fleetstore, membership, purge, retention, store, vector
 from replica import hlc as hlcmod
 from replica import ops as opsmod
 from replica.checks import check_count
@@ -92,7 +92,9 @@ class Sync(ReplicaCore):
         ``replica.membership``. ``covered``: origin -> (lo, hi) that the sender's page covers
         (every op it holds in the range is in ``raws``; the rest was purged): an origin held
         up to at least lo - 1 is then held (or purged) up to hi. An op that arrives already
-        purgeable (``purged_on_arrival``) is counted, not stored."""
+        purgeable (``retention.purgeable_on_arrival``) is counted, not stored; one at or below its
+        origin's mark that is not held was purged here, and is skipped like a duplicate (sync never
+        brings back what was purged)."""
         decoded, positions = self._decode_new(raws)
         if not decoded and not covered:
             return ApplyResult(0, len(raws))
@@ -137,15 +139,16 @@ class Sync(ReplicaCore):
         refused = 0
         fleet_ops = False
         touched: dict[int, list[int]] = {}
-        arrived = store.arrival_time(cur, self._wall())
+        landing = Landing(self, cur, removed, new_oids)
+        arrived = landing.arrived
         for op, position in zip(decoded, positions, strict=True):
-            if removed and membership.barred(removed, op.origin, op.seq, self.node_key):
+            fate, oid = landing.fate(op)
+            if fate == REFUSED:
                 refused += 1
                 continue
-            oid = self._oids.get(op.origin) or new_oids.get(op.origin)
-            if oid is None:  # remembered once the transaction commits (a rollback forgets the row)
-                oid = new_oids[op.origin] = store.origin_id(cur, op.origin)
-            if self.purged_on_arrival(cur, op):
+            if fate == PURGED_HERE:
+                continue
+            if fate == GONE:
                 touched.setdefault(oid, []).append(op.seq)
                 continue
             lseq = store.store_op(cur, oid, op, arrived)
@@ -157,11 +160,6 @@ class Sync(ReplicaCore):
         for oid, gone in touched.items():
             _advance(cur, oid, gone)
         return new, new_index, refused, fleet_ops
-
-    def purged_on_arrival(self, cur: Any, op: Op) -> bool:
-        """Whether ``op`` arrives already past what this replica keeps (retention): then it is
-        counted in its origin's vector, never stored. Nothing is, until a horizon is set."""
-        return False
 
     def _observe(self, cur: Any, seen: int) -> None:
         """Move this node's clock past ``seen`` (within the allowed drift)."""
@@ -262,6 +260,44 @@ class Sync(ReplicaCore):
     def integrity_check(self) -> str:
         with self._store.read() as cur:
             return str(cur.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+REFUSED, PURGED_HERE, GONE, STORE = "refused", "purged here", "gone", "store"
+
+
+class Landing:
+    """What becomes of each op of a batch as it lands, in one write transaction (the one rule of
+    ``Sync.apply`` and of snapshot pages, ``replica.snapshot``): ``REFUSED`` (a removed node's op above
+    its cutoff: never stored), ``PURGED_HERE`` (at or below its origin's mark yet not held: purged
+    here, and sync never brings it back), ``GONE`` (purgeable on arrival: counted in its origin's
+    vector, its first-seen sightings kept, never stored) or ``STORE``. Origins new to the replica get
+    a row, named in ``new_oids``."""
+
+    def __init__(self, rep: Sync, cur: Any, removed: Mapping[bytes, int], new_oids: dict[bytes, int]) -> None:
+        self.rep, self.cur, self.removed, self.new_oids = rep, cur, removed, new_oids
+        self.now = rep._wall()
+        self.arrived = store.arrival_time(cur, self.now)
+        kept = purge.setting(cur)
+        self.horizon = 0 if kept is None else kept.horizon_ms
+        self.contig: dict[int, int] = {}
+
+    def fate(self, op: Op) -> tuple[str, int]:
+        """What becomes of ``op``, and its origin's row id (0 when refused)."""
+        rep, cur = self.rep, self.cur
+        if self.removed and membership.barred(self.removed, op.origin, op.seq, rep.node_key):
+            return REFUSED, 0
+        oid = rep._oids.get(op.origin) or self.new_oids.get(op.origin)
+        if oid is None:  # remembered once the transaction commits (a rollback forgets the row)
+            oid = self.new_oids[op.origin] = store.origin_id(cur, op.origin)
+        if oid not in self.contig:
+            self.contig[oid] = int(cur.execute("SELECT contig FROM origins WHERE oid = ?", (oid,)).fetchone()[0])
+        if op.seq <= self.contig[oid] and oid != rep._self_oid:  # not held, yet counted: purged here
+            return PURGED_HERE, oid
+        if retention.purgeable_on_arrival(op, self.horizon, self.now):  # every replica purges it: never stored
+            for role, at in firstseen.sightings(op):  # what it showed stays, as on a replica that held it
+                firstseen.record(cur, role, at)
+            return GONE, oid
+        return STORE, oid
 
 
 class _Scan:

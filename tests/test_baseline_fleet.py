@@ -8,6 +8,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from msgpack import unpackb
+
 from replica import identity, key_path, open_home
 from replica import ops as opsmod
 from replica import schema as current_schema
@@ -22,7 +24,7 @@ from tests.baseline import (
     contents,
     schema_version,
 )
-from tests.daemons import PEERD, Fleet, integrity_check, patience, wait_until
+from tests.daemons import PEERD, Fleet, integrity_check, patience, read_only, wait_until
 
 pytest_plugins = ["tests.daemons", "tests.baseline"]
 
@@ -244,3 +246,21 @@ def test_an_op_of_a_kind_the_baseline_does_not_know_never_stalls_its_mail(fleet:
     assert old.counter("refused") == refused, "the baseline kept refusing requests round after round"
     said = [line for line in old.daemon.log_text().splitlines() if "refused" in line]
     assert refused <= MAX_REFUSALS and len(said) <= MAX_REFUSALS, "\n".join(said)
+
+
+def test_this_releases_own_new_kind_never_reaches_the_baseline(fleet: Fleet, baseline_peerd: Path) -> None:
+    """The current daemon sets a retention horizon (a ``ret`` op, a kind 0.1.0 does not know) and goes
+    on writing: the baseline gets every later message, never the ``ret`` op, and refuses nothing."""
+    old, new = mixed_pair(fleet, baseline_peerd)
+    subprocess.run([str(PEERD), "retention", "set", "3650d", "--home", str(new.daemon.home)], check=True,
+                   capture_output=True, timeout=60)
+    later = [new.send("cat", "dan", f"after the horizon was set {i}") for i in range(3)]
+    wait_until(lambda: all(old.has_message(m) for m in later), 30, "the messages after the ret op on the baseline")
+    old.daemon.stop()
+    more = new.send("cat", "dan", "while the baseline was down")
+    old.daemon.start()
+    wait_until(lambda: old.has_message(more), 30, "the message after the ret op, by rounds")
+    with read_only(old.daemon.db) as conn:
+        kinds = {str(unpackb(unpackb(bytes(blob))[0])[4]) for (blob,) in conn.execute("SELECT blob FROM ops")}
+    assert "ret" not in kinds and "msg" in kinds
+    assert old.counter("refused") == 0

@@ -4,6 +4,8 @@ a peer of the first release is never offered an op it would refuse."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,10 @@ from replica import ops as opsmod
 from replica import store as storemod
 from replica.sync import ALL, V1_ALL, V1_RUN
 from tests.conftest import pull
+from tests.daemons import PEERD, Fleet, wait_until
 from tests.newer import NewerNode
+
+pytest_plugins = ["tests.daemons"]
 
 
 def _state(r: Replica) -> tuple[str, dict[bytes, int], dict[str, int]]:
@@ -298,3 +303,42 @@ def test_a_caller_with_no_version_in_common_is_refused() -> None:
     with pytest.raises(protocol.ProtocolError, match="speaks wire 5, 6, this peerd speaks 2, 3"):
         protocol.decode_request(protocol.encode(msg))
     assert protocol.versions.stated(protocol.error_reply(ValueError("x"))) == {2, 3}
+
+
+# -- what people are told ---------------------------------------------------------------------------
+
+
+def test_status_and_doctor_say_what_waits_for_an_upgrade(fleet: Fleet) -> None:
+    """A daemon holding ops of a newer release: ``peerd status`` says how many, of which kinds, and
+    that upgrading applies them; ``peerd doctor`` warns with the same fix; its peer gets them too."""
+    a, b = fleet.add("a"), fleet.add("b")
+    fleet.mesh()
+    fleet.start()
+    future = NewerNode()
+    with Replica.open(a.db) as rep:  # another process on a's replica file, as a newer peer's push would land
+        rep.apply([future.op("lease", {"p": "x"}), future.op("lease", {"p": "y"}), future.message("p", "c", "hi")])
+    wait_until(lambda: b.status()["totals"]["newer_ops"] == 2, 30, "the newer ops relayed to b")
+    shown = subprocess.run([str(PEERD), "status", "--home", str(a.home)], capture_output=True, text=True,
+                           timeout=60, check=True).stdout
+    assert ("newer   2 ops from a newer peerd (lease x2): held and passed on, not applied here; upgrading this "
+            "peerd applies them") in shown
+    assert a.status()["totals"]["newer_kinds"] == {"lease": 2}
+    doctor = subprocess.run([str(PEERD), "doctor", "--home", str(a.home), "--json"], capture_output=True,
+                            text=True, timeout=60, check=False)
+    replica = next(f for f in json.loads(doctor.stdout)["findings"] if f["check"] == "replica")
+    assert replica["status"] == "warn" and "2 from a newer peerd" in replica["detail"]
+    assert "upgrade peerd" in replica["fix"]
+
+
+def test_this_releases_own_new_kinds_are_never_offered_to_a_first_release_peer(mem: Replica) -> None:
+    """A retention op this node writes (a kind 0.1.0 does not know) is marked so: the first-release
+    modes skip it, and the messages after it still go."""
+    mem.send_message("p", "c", "before")
+    mem.set_retention(365 * 86_400_000)
+    mem.send_message("p", "c", "after")
+    every = mem.ops_missing({}, 1 << 20)
+    pushed = mem.ops_missing({}, 1 << 20, V1_ALL)
+    assert len(every.ops) == len(pushed.ops) + 1
+    assert {opsmod.read_stored(r).kind for r in every.ops} - {opsmod.read_stored(r).kind for r in pushed.ops} == {"ret"}
+    run = mem.ops_missing({}, 1 << 20, V1_RUN)
+    assert "ret" not in {opsmod.read_stored(r).kind for r in run.ops}

@@ -50,8 +50,15 @@ def offenders(room: str, allowed: tuple[str, ...], banned: tuple[str, ...] = ())
     ("peerd.limits", (), IO),
     ("peerd.ratelog", (), IO),
     ("peerd.peers", ("peerd.protocol", "replica", "discovery.seeds"), IO),
+    ("peerd.core", ("peerd.peers", "peerd.outbox", "peerd.schedule", "peerd.protocol", "peerd.forks", "replica"),
+     IO),
+    ("peerd.calling", ("peerd.protocol",), IO),
+    ("peerd.outbox", ("replica",), IO),
+    ("peerd.schedule", (), IO),
+    ("peerd.forks", (), IO),
 ])
 def test_each_room_imports_only_what_it_may(room: str, allowed: tuple[str, ...], banned: tuple[str, ...]) -> None:
-    """replica, discovery, mcp_server, the sans-io protocol, the transport and the peer table stay in their lanes."""
+    """replica, discovery, mcp_server, the sans-io protocol, the transport, the peer table and the node's
+    pure core (its table of calls, push queues, schedule) stay in their lanes."""
     assert imported_by(room), f"no source found for {room}"
     assert offenders(room, allowed, banned) == {}

@@ -1,5 +1,5 @@
-"""Joining with consent, end to end in one process: a real member node (replica, pairing host)
-answering a real joiner (``Guest``) over the in-memory transport."""
+"""Joining with consent, end to end in one process: a real member node (replica, pairing host) of
+the in-memory fleet answering a real joiner (``Guest``), on the fleet's clock."""
 
 from __future__ import annotations
 
@@ -17,16 +17,19 @@ from peerd.pairing import codes
 from peerd.pairing.crypto import PairingError
 from peerd.pairing.guest import Guest, Joiner
 from peerd.protocol import join as wire
-from peerd.transport import JOIN_PATH, MemoryNetwork
+from peerd.transport import JOIN_PATH
 from replica import Replica, identity
-from tests.waiting import eventually
+from tests.memfleet import MemFleet
+
+pytest_plugins = ["tests.memfleet"]
 
 
 class Pair:
-    """One member node and the means to make joiners on its network."""
+    """One member node of the in-memory fleet and the means to make joiners on its network."""
 
-    def __init__(self, net: MemoryNetwork, node: Node) -> None:
-        self.net = net
+    def __init__(self, fleet: MemFleet, node: Node) -> None:
+        self.fleet = fleet
+        self.net = fleet.net
         self.node = node
         self.addr = f"127.0.0.1:{node.peer_port}"
 
@@ -42,16 +45,8 @@ class Pair:
 
 
 @pytest.fixture
-async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
-    net = MemoryNetwork()
-    cfg = Config(name="alpha", fleet_key=new_fleet_key(), port=7100, local_port=0, mdns=False)
-    node = Node(cfg, Replica.open(":memory:"), bind="127.0.0.1", transport=net.transport(), home=tmp_path)
-    await node.start()
-    try:
-        yield Pair(net, node)
-    finally:
-        await node.stop()
-        node.rep.close()
+async def pair(memfleet: MemFleet, tmp_path: Path) -> AsyncIterator[Pair]:
+    yield Pair(memfleet, await memfleet.add("alpha", home=tmp_path))
 
 
 def admitted(pair: Pair) -> dict[bytes, object]:
@@ -61,7 +56,7 @@ def admitted(pair: Pair) -> dict[bytes, object]:
 
 async def wait_for_request(pair: Pair) -> dict[str, object]:
     """The one join request the member shows, once it shows one (its code is known)."""
-    rows = await eventually(pair.node.pairing.requests, 10, "a join request on the member")
+    rows = await pair.fleet.until(pair.node.pairing.requests, 10, step=0.1)
     return rows[0]
 
 
@@ -97,6 +92,7 @@ async def test_an_expired_request_cannot_be_approved_and_the_joiner_is_told(pair
     pair.node.pairing.desk.ask_ttl = 0.3
     task = asyncio.create_task(pair.joiner().ask(pair.addr, lambda _c, _a: None))
     row = await wait_for_request(pair)
+    await pair.fleet.until(task.done, 5, step=0.1)  # the member's clock passes the request's time
     with pytest.raises(PairingError, match="expired"):
         await task
     with pytest.raises(Exception, match="no join request waits"):
@@ -135,8 +131,7 @@ async def test_an_expired_code_is_refused(pair: Pair) -> None:
     """A code past its time says it expired."""
     code = codes.parse_code(str(pair.node.pairing.new_code(0.2)["code"]))
     assert code is not None
-    deadline = time.monotonic() + 0.2
-    await eventually(lambda: time.monotonic() > deadline, 5, "the code's time to pass")  # the event under test
+    await pair.fleet.advance(0.3)  # the event under test: the member's clock passes the code's time
     with pytest.raises(PairingError, match="expired"):
         await pair.joiner().code(pair.addr, code)
 

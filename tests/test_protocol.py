@@ -178,8 +178,8 @@ def test_peer_records_are_checked_and_capped() -> None:
 
 def test_catch_up_progress_counts_against_the_vector_it_began_with() -> None:
     """Progress is measured against the peer's vector at the start; small gaps report nothing."""
-    assert protocol.start_catchup("p", {b"o": 10}, {}) is None
-    prog = protocol.start_catchup("p", {b"o": 1500, b"q": 10}, {b"q": 20})
+    assert protocol.start_catchup("p", {b"o": 10}, {}, 5.0) is None
+    prog = protocol.start_catchup("p", {b"o": 1500, b"q": 10}, {b"q": 20}, 5.0)
     assert prog is not None and prog.total == 1500
     prog.advance({b"o": 600, b"q": 20})
-    assert prog.done == 600 and prog.to_dict(prog.started + 2)["rate"] == 300.0
+    assert prog.started == 5.0 and prog.done == 600 and prog.to_dict(7.0)["rate"] == 300.0

@@ -9,7 +9,8 @@ replica file when none runs; ``backup`` copies the home into one file (beside a 
 or with none) and ``restore`` makes a new home, a new node, from one; ``hook`` prints a role's unread mail for Claude
 Code and Codex hooks (exit 0 even when it fails, 1 for a usage error: never 2,
 which would block the prompt); ``doctor`` checks the home, config, key, ports,
-mDNS, seeds, peers and clocks and says what to fix. Every command takes
+mDNS, seeds, peers and clocks and says what to fix; ``retention`` sets, shows or
+clears the fleet's retention horizon (on the replica file). Every command takes
 ``--home DIR`` (default: ``$PEERD_HOME``, else the user data folder) and
 ``--json`` (machine-readable output; with ``--watch`` / ``--follow``, one JSON
 object per line), before or after the command name.
@@ -29,7 +30,7 @@ formatting), ``backends`` (the daemon's local API or the replica file),
 ``setup`` (opening a home without silent mistakes), ``commands`` (one
 function per command), ``pairing`` (the pairing and membership commands,
 with their parser), ``backup`` (``backup`` and ``restore``, with their
-parser) and ``parser``.
+parser), ``retention`` (the retention command, with its parser) and ``parser``.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from peerd.cli.retention import status_lines
 from replica.models import receipt_state
 
 BAR_WIDTH = 30
@@ -104,7 +105,7 @@ def format_status(d: dict[str, Any]) -> str:
     if d.get("catchup"):
         lines.append(progress_bar(d["catchup"]))
     lines += snapshot_lines(d.get("snapshot") or {})
-    lines += fleet_lines(d)
+    lines += fleet_lines(d) + status_lines(d)
     mdns = conf.get("mdns") if isinstance(conf, dict) else None
     return "\n".join(lines) + "\n\n" + format_peers(d["peers"], mdns)
 

@@ -32,6 +32,7 @@ from peerd.cli.commands import (
     cmd_threads,
 )
 from peerd.cli.pairing import add_pairing_commands
+from peerd.cli.retention import add_retention_commands
 
 
 def _positive(text: str) -> float:
@@ -113,6 +114,8 @@ def _operator_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("doctor", parents=[common], help="check this node's setup and say what to fix")
     s.add_argument("--timeout", type=_positive, default=3.0, help="seconds to wait for each peer (default 3)")
     s.set_defaults(fn=cmd_doctor)
+
+    add_retention_commands(sub, common)
 
 
 def _messaging_commands(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -17,14 +17,13 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
-import time
 from pathlib import Path
 from typing import Any, Protocol
 
 from peerd import invite as invites
+from peerd.clock import Clock
 from peerd.keyring import KeyRing
 from peerd.pairing import codes
 from peerd.pairing.crypto import PairingError, Pake, box_to, secret_box
@@ -51,6 +50,9 @@ class Member(Protocol):
 
     def lan_seeds(self) -> list[str]: ...
 
+    @property
+    def clock(self) -> Clock: ...
+
 
 class PairingHost:
     def __init__(self, member: Member, home: Path | None = None, desk: Desk | None = None) -> None:
@@ -63,13 +65,16 @@ class PairingHost:
     def me(self) -> bytes:
         return self.member.rep.node_key
 
+    def _now(self) -> float:
+        return self.member.clock.now()
+
     # -- the join endpoint ------------------------------------------------------------------
 
     async def answer(self, body: bytes, remote: str) -> Answer:
         try:
             req = wire.decode_join(body)
             if req.kind in wire.OPENING:  # what makes state or tries a secret; the rest name one of those
-                self.desk.check_rate(remote, time.monotonic())
+                self.desk.check_rate(remote, self._now())
             reply = await getattr(self, f"_on_{req.kind}")(req, remote)
         except DeskError as exc:
             return self._refusal(exc.status, str(exc), remote)
@@ -90,12 +95,12 @@ class PairingHost:
 
     async def _on_ask(self, req: wire.JoinRequest, remote: str) -> dict[str, Any]:
         await self._refuse_removed(req["k"])
-        ask = self.desk.open_ask(req["k"], req["nm"], remote, req["c"], time.monotonic())
+        ask = self.desk.open_ask(req["k"], req["nm"], remote, req["c"], self._now())
         return {"t": wire.ASKED, "id": ask.id, "ka": self.me, "nm": self.member.name, "f": self.member.keys.fleet_id,
                 "na": ask.nonce_a, "ttl": int(ask.expires - ask.created)}
 
     async def _on_reveal(self, req: wire.JoinRequest, remote: str) -> dict[str, Any]:
-        now = time.monotonic()
+        now = self._now()
         ask = self.desk.reveal(req["id"], req["nb"], self.member.keys.fleet_id, self.me, now)
         assert ask.code is not None
         log.warning("join request from %s at %s: approve with `peerd approve %s` (check that it shows "
@@ -103,14 +108,12 @@ class PairingHost:
         return {"t": wire.WAITING, "ttl": int(ask.expires - now)}
 
     async def _on_wait(self, req: wire.JoinRequest, remote: str) -> dict[str, Any]:
-        ask = self.desk.ask(req["id"], time.monotonic())
+        ask = self.desk.ask(req["id"], self._now())
         if ask.state == "waiting":
             event = self._decided.setdefault(ask.id, asyncio.Event())
-            left = min(wire.WAIT_MAX, ask.expires - time.monotonic())
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(left, 0.0)):
-                    await event.wait()
-            ask = self.desk.ask(req["id"], time.monotonic())  # says so if it expired or was dropped meanwhile
+            left = min(wire.WAIT_MAX, ask.expires - self._now())
+            await self.member.clock.wait(event, max(left, 0.0))
+            ask = self.desk.ask(req["id"], self._now())  # says so if it expired or was dropped meanwhile
         if ask.state == "approved" and ask.answer is not None:
             self._close(ask.id, "the request was approved and its answer collected")
             return {"t": wire.APPROVED, "s": ask.answer}
@@ -118,11 +121,11 @@ class PairingHost:
             self._close(ask.id, "the request was rejected")
             return {"t": wire.REJECTED, "e": "the request was rejected on the member"}
         if ask.state == "waiting":
-            return {"t": wire.WAITING, "ttl": int(ask.expires - time.monotonic())}
+            return {"t": wire.WAITING, "ttl": int(ask.expires - self._now())}
         raise DeskError(409, "the request has no verification code yet (reveal first)")
 
     async def _on_cancel(self, req: wire.JoinRequest, remote: str) -> dict[str, Any]:
-        ask = self.desk.ask(req["id"], time.monotonic())
+        ask = self.desk.ask(req["id"], self._now())
         self._close(ask.id, "the joiner gave up")
         log.info("join request from %s (%s) was cancelled by the joiner", ask.name, remote)
         return {"t": wire.OK}
@@ -137,18 +140,18 @@ class PairingHost:
 
     async def _on_code(self, req: wire.JoinRequest, remote: str) -> dict[str, Any]:
         await self._refuse_removed(req["k"])
-        code = self.desk.try_code(req["ci"], time.monotonic())
+        code = self.desk.try_code(req["ci"], self._now())
         pake = Pake(codes.split_code(code.code)[1], joiner=False)
         shared = pake.finish(req["pa"])
         fleet = self.member.keys.fleet_id
         cb, ca, box = codes.pake_keys(shared, self.me, req["k"], fleet)
         sid = secrets.token_bytes(16)
         self.desk.open_session(Session(sid, code.id, req["k"], req["nm"], cb, ca, box,
-                                       time.monotonic() + self.desk.session_ttl))
+                                       self._now() + self.desk.session_ttl))
         return {"t": wire.CODE, "sid": sid, "ka": self.me, "nm": self.member.name, "f": fleet, "pb": pake.message}
 
     async def _on_confirm(self, req: wire.JoinRequest, remote: str) -> dict[str, Any]:
-        sess = self.desk.session(req["sid"], time.monotonic())
+        sess = self.desk.session(req["sid"], self._now())
         if not codes.same(req["cb"], sess.confirm_b):
             why = self.desk.wrong_code(sess.code_id)
             log.warning("a one-time code was tried from %s (%s) and did not match: %s", remote, sess.name, why)
@@ -185,19 +188,19 @@ class PairingHost:
     # -- the operator's side (local API) ---------------------------------------------------------
 
     def requests(self) -> list[dict[str, object]]:
-        now = time.monotonic()
+        now = self._now()
         return [a.view(now) for a in self.desk.pending(now)]
 
     async def approve(self, code: str) -> dict[str, object]:
-        ask = self.desk.find(code, time.monotonic())
+        ask = self.desk.find(code, self._now())
         grant = await self._let_in(ask.joiner, ask.name, ask.source, "approval")
         answer = box_to(self.member.rep.signing_key, ask.joiner, grant.dump())
-        ask = self.desk.approve(code, answer, time.monotonic())
+        ask = self.desk.approve(code, answer, self._now())
         self._wake(ask.id)
         return {"approved": ask.name, "node_id": ask.joiner.hex(), "fleet_id": grant.fleet_id}
 
     def reject(self, code: str) -> dict[str, object]:
-        ask = self.desk.reject(code, time.monotonic())
+        ask = self.desk.reject(code, self._now())
         log.warning("rejected the join request of %s (node %s, at %s)", ask.name, ask.joiner.hex()[:16], ask.source)
         self._wake(ask.id)
         return {"rejected": ask.name, "node_id": ask.joiner.hex()}
@@ -208,6 +211,6 @@ class PairingHost:
             event.set()
 
     def new_code(self, ttl: float) -> dict[str, object]:
-        code = self.desk.add_code(ttl, time.monotonic())
-        return {"code": codes.show_code(code.code), "expires_in": ttl, "expires": time.time() + ttl,
+        code = self.desk.add_code(ttl, self._now())
+        return {"code": codes.show_code(code.code), "expires_in": ttl, "expires": self.member.clock.wall() + ttl,
                 "attempts": self.desk.max_attempts, "fleet_id": self.member.keys.fleet_id}

@@ -10,9 +10,8 @@ vector forward by contiguous seqs.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from peerd.protocol.wire import Msg, short
@@ -41,15 +40,15 @@ class Progress:
     peer: str
     total: int
     theirs: dict[bytes, int]  # the peer's vector when the catch-up began
+    started: float  # when it began, on the caller's clock
     done: int = 0
-    started: float = field(default_factory=time.monotonic)
     logged: float = 0.0
 
     def advance(self, ours: Mapping[bytes, int]) -> None:
         self.done = self.total - behind(self.theirs, ours)
 
-    def to_dict(self, now: float | None = None) -> dict[str, Any]:
-        elapsed = max((time.monotonic() if now is None else now) - self.started, 1e-6)
+    def to_dict(self, now: float) -> dict[str, Any]:
+        elapsed = max(now - self.started, 1e-6)
         rate = self.done / elapsed
         left = max(self.total - self.done, 0)
         return {"peer": self.peer, "done": self.done, "total": self.total, "rate": round(rate, 1),
@@ -57,10 +56,10 @@ class Progress:
                 "percent": round(100 * self.done / self.total, 1) if self.total else 100.0}
 
 
-def start_catchup(peer: str, theirs: Mapping[bytes, int], ours: Mapping[bytes, int]) -> Progress | None:
+def start_catchup(peer: str, theirs: Mapping[bytes, int], ours: Mapping[bytes, int], now: float) -> Progress | None:
     """A Progress when we lack at least ``CATCHUP_REPORT`` of the ops ``theirs`` holds."""
     total = behind(theirs, ours)
-    return Progress(peer, total, dict(theirs)) if total >= CATCHUP_REPORT else None
+    return Progress(peer, total, dict(theirs), now) if total >= CATCHUP_REPORT else None
 
 
 def advance_known(their_vector: dict[bytes, int], raws: Iterable[bytes]) -> None:
