@@ -458,3 +458,36 @@ def test_checking_afterwards_finds_nothing_in_an_honest_snapshot() -> None:
         checked += step.checked
     assert checked >= left and taker.vouched_left() == 0 and taker.forged_by() == {}
     assert taker.state_digest() == hub.state_digest()
+
+
+def test_a_snapshot_of_a_member_that_purged_covers_the_purged_ops() -> None:
+    """A member that purged old mail (retention) serves a snapshot whose ranges cover the purged
+    seqs: the taker's vector moves over them, it holds the messages the member holds, and it ends
+    exactly where a new member that syncs by rounds ends."""
+    now = [1_800_000_000_000]
+    horizon = 10_000
+
+    def wall() -> int:
+        return now[0]
+
+    hub, author = Replica.open(wall=wall), Replica.open(wall=wall)
+    hub.admit_node(hub.node_key, "hub", FLEET_ID)
+    hub.set_retention(horizon)
+    for i in range(30):
+        author.send_message("alice", "bob", f"old news {i}")
+    pull(hub, author)
+    inbox = hub.check_messages("bob", limit=100)
+    hub.mark_as_read([m.receipt_id for m in inbox.messages])
+    now[0] += horizon + 1
+    for i in range(10):
+        author.send_message("alice", "bob", f"fresh news {i}")
+    pull(hub, author)
+    assert hub.purge().removed.messages == 30
+    by_rounds, by_snapshot = Replica.open(wall=wall), Replica.open(wall=wall)
+    protocol.drive(protocol.client_round(by_rounds, budget=2048), lambda msg: protocol.serve(hub, msg, 2048))
+    take(by_snapshot, Server(hub, budget=2048))
+    assert by_snapshot.vector() == by_rounds.vector() == hub.vector()
+    assert by_snapshot.vector()[author.node_key] == 40
+    assert by_snapshot.state_digest() == by_rounds.state_digest()
+    assert dump(by_snapshot, local=False) == dump(by_rounds, local=False)
+    assert {m.content for m in by_snapshot.message_log(0, 100).messages} == {f"fresh news {i}" for i in range(10)}
