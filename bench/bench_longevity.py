@@ -152,8 +152,15 @@ def vector_of(db: Path) -> dict[bytes, int]:
         conn.close()
 
 
+def alive(d: Daemon) -> None:
+    """Fail at once (with its log) when a daemon being waited for is gone."""
+    if not d.running:
+        raise DaemonFailed(f"{d.name} exited while the benchmark waited for it; log:\n{d.log_tail()}")
+
+
 def holds(d: Daemon, want: dict[bytes, int]) -> bool:
     """Whether ``d`` holds every op of ``want`` (a vector) but its own."""
+    alive(d)
     have, me = vector_of(d.db), bytes.fromhex(d.node_id)
     return all(have.get(o, 0) >= n for o, n in want.items() if o != me)
 
@@ -161,11 +168,12 @@ def holds(d: Daemon, want: dict[bytes, int]) -> bool:
 def wait_for(pred: Any, within: float, every: float = 0.05) -> tuple[Any, float]:
     """Poll ``pred`` until it is truthy or ``within`` seconds pass: (its last value, seconds taken)."""
     t0 = time.perf_counter()
+    value = None
     while True:
-        with contextlib.suppress(OSError, KeyError):
+        with contextlib.suppress(OSError, KeyError):  # a daemon that is not answering yet, a row not there yet
             value = pred()
-            if value or time.perf_counter() - t0 > within:
-                return value, time.perf_counter() - t0
+        if value or time.perf_counter() - t0 > within:
+            return value, time.perf_counter() - t0
         time.sleep(every)
 
 
@@ -255,6 +263,7 @@ def bench_memory(root: Path, member: Daemon, sizes: Sizes) -> Figure:
     pid = int(member.info["pid"])
 
     def quiet() -> bool:
+        alive(member)
         return member.status()["snapshot"]["unchecked"] == 0 and indexed(member.db)
 
     done, waited = wait_for(quiet, sizes.settle_timeout, 2.0)
