@@ -330,6 +330,7 @@ class Snapshotting:
         if step.left == 0:
             log.info("checked the signatures of the ops node %s vouched for: %s", who[:16],
                      f"{self.forged[who]} forged, dropped" if self.forged.get(who) else "all genuine")
+            await self.node.offload(memory.trim)  # a million ops decoded: their pages go back (peerd.memory)
         await self.node.clock.sleep(spent * (1 / CHECK_SHARE - 1))  # leave the core to others
         return True
 
