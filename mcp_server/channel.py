@@ -42,8 +42,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_server import framing, resources
 from mcp_server.tools import Call, SessionBinding, ToolSpec
-from mcp_server.waiter import Waiter
 from replica import InvalidArgument, PeerdError, Replica
+from replica.feed import Waiter
 from replica.mailbox import Mail
 
 log = logging.getLogger("mcp_server.channel")

@@ -30,7 +30,7 @@ from starlette.types import ASGIApp
 from mcp_server.channel import PushHub, StreamWatch, http_config
 from mcp_server.server import ReplicaSource, build_server, replica_source, request_binding
 from mcp_server.tools import FleetIdProvider, SessionBinding
-from mcp_server.waiter import Waiter
+from replica.feed import Waiter
 from replica.ops import MAX_JSON_REQUEST_BYTES
 
 MCP_PATH = "/mcp"

@@ -18,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from mcp_server.waiter import FeedWaiter
 from replica import PeerdError, Replica
+from replica.feed import FeedWaiter
 
 log = logging.getLogger("peerd.indexer")
 

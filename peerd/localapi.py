@@ -29,12 +29,12 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from mcp_server.waiter import FeedWaiter
 from peerd.apiargs import opt_bool, opt_int, opt_str, parse_int, parse_text, read_json, req_str, route, str_list
 from peerd.dashboard import page_routes, views
 from peerd.node import Node
 from replica import InvalidArgument, Replica
 from replica.api import DEFAULT_LIMIT
+from replica.feed import FeedWaiter
 
 WAIT_CAP = 300.0
 MESSAGES_WAIT_CAP = 60.0

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from discovery import DiscoverySource, PeerCandidate, SeedError, SeedSource, parse_seed
 from discovery.source import Sighting
-from mcp_server.waiter import FeedWaiter
+from mcp_server.wiring import Wiring
 from peerd import forks, keyring, lan, memory, protocol
 from peerd.config import DEFAULT_PORT, Config, fleet_id, new_fleet_key
 from peerd.errors import PeerError, SealError
@@ -65,7 +65,6 @@ from peerd.ratelog import RateLog, summary
 from peerd.transport import Answer, HttpTransport, Transport
 from replica import Replica, vector
 from replica.errors import PeerdError, RemoteError, StoreError
-from replica.feed import ChangeFeed
 from replica.fleet import FleetView
 
 if TYPE_CHECKING:
@@ -105,9 +104,9 @@ def http_transport(cfg: Config) -> HttpTransport:
 
 class Node:
     def __init__(self, cfg: Config, rep: Replica, *, bind: str = "0.0.0.0", transport: Transport | None = None,
-                 feed: ChangeFeed | None = None, home: Path | None = None) -> None:
-        """``feed`` is the process's change feed over ``rep`` (the daemon's watches other
-        processes' writes); without one the node follows only writes through ``rep``.
+                 wiring: Wiring | None = None, home: Path | None = None) -> None:
+        """``wiring`` is the process's change feed over ``rep`` and its waiter (the daemon's feed
+        watches other processes' writes); without one the node follows only writes through ``rep``.
         ``home`` holds the invite records this node redeems (None: it redeems none)."""
         self.cfg = cfg
         self.keys = KeyRing(cfg.fleet_key, cfg.previous_fleet_keys)
@@ -122,9 +121,10 @@ class Node:
         self.bind = bind
         self.me = protocol.short(rep.node_key)
         self.table = PeerTable(self.me)
-        self._own_feed = feed is None
-        self.feed = feed if feed is not None else ChangeFeed(rep)
-        self.waiter = FeedWaiter(self.feed)  # every wait of this process's event loop
+        self._own_feed = wiring is None
+        self.wiring = wiring if wiring is not None else Wiring.over(rep)
+        self.feed = self.wiring.feed
+        self.waiter = self.wiring.waiter  # every wait of this process's event loop
         self._unsubscribe = self.feed.subscribe(self._on_replica_change)
         self.peer_port = 0
         self.started = time.time()

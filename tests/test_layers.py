@@ -55,3 +55,24 @@ def test_each_room_imports_only_what_it_may(room: str, allowed: tuple[str, ...],
     """replica, discovery, mcp_server, the sans-io protocol, the transport and the peer table stay in their lanes."""
     assert imported_by(room), f"no source found for {room}"
     assert offenders(room, allowed, banned) == {}
+
+
+def calls_to(names: set[str]) -> dict[str, list[str]]:
+    """Product modules that call one of ``names`` (a bare name or an attribute), with the names called."""
+    out: dict[str, list[str]] = {}
+    for room in OURS:
+        for f in sorted(ROOT.joinpath(room).rglob("*.py")):
+            tree = ast.parse(f.read_text(), str(f))
+            called = {n.func.id if isinstance(n.func, ast.Name) else n.func.attr
+                      for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name | ast.Attribute)}
+            if hit := sorted(called & names):
+                out[str(f.relative_to(ROOT))] = hit
+    return out
+
+
+def test_the_feed_and_its_waiter_are_wired_in_one_place() -> None:
+    """Only ``mcp_server.wiring`` builds a change feed and its waiter (the daemon, `peerd mcp` and
+    `python -m mcp_server` all go through it), and the waiter lives beside the feed in ``replica``."""
+    assert calls_to({"ChangeFeed", "FeedWaiter"}) == {"mcp_server/wiring.py": ["ChangeFeed", "FeedWaiter"]}
+    assert not ROOT.joinpath("mcp_server", "waiter.py").exists()
+    assert [p for p, names in imported_by("peerd").items() if "mcp_server.waiter" in names] == []

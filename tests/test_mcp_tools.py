@@ -15,12 +15,11 @@ import pytest
 from mcp import Client
 from mcp.types import CallToolResult, TextContent
 
-from mcp_server import FeedWaiter, SessionBinding, build_server
+from mcp_server import FeedWaiter, SessionBinding, Wiring, build_server
 from mcp_server import schemas as s
 from mcp_server.server import error_code, request_binding
 from mcp_server.tools import merge_peers
 from replica import InvalidArgument, NotFound, Profile, Replica, SenderSeen, StoreError, open_home
-from replica.feed import ChangeFeed
 from replica.stamps import iso_ms, ms_of_iso
 from tests.waiting import patience
 
@@ -48,11 +47,9 @@ class Node:
 
 @pytest.fixture
 def node(replica: Replica) -> Iterator[Node]:
-    feed = ChangeFeed(replica)
-    w = FeedWaiter(feed)
-    yield Node(replica, w)
-    w.close()
-    feed.close()
+    wiring = Wiring.over(replica)
+    yield Node(replica, wiring.waiter)
+    wiring.close()
 
 
 @asynccontextmanager

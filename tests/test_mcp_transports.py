@@ -18,11 +18,10 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
-from mcp_server import TOOLS, FeedWaiter
+from mcp_server import TOOLS, Wiring
 from mcp_server.__main__ import parse_args
-from peerd.local import LocalServer, build_app, mcp_builder
+from peerd.local import LocalServer, build_app
 from replica import Replica, open_home
-from replica.feed import ChangeFeed
 from replica.ops import MAX_CONTENT_BYTES
 from tests.waiting import patience
 
@@ -61,14 +60,12 @@ def data(result: CallToolResult) -> dict[str, Any]:
 
 @asynccontextmanager
 async def http_server(replica: Replica) -> AsyncIterator[LocalServer]:
-    feed = await asyncio.to_thread(ChangeFeed.watching, replica)  # the HTTP host's one feed, as in the daemon
-    waiter = FeedWaiter(feed)
+    wiring = await asyncio.to_thread(Wiring.watching, replica)  # the HTTP host's one feed, as in the daemon
     try:
-        async with LocalServer(build_app([], mcp_builder(replica, waiter, fleet_id=lambda: "f1"))) as server:
+        async with LocalServer(build_app([], wiring.mcp_http(fleet_id=lambda: "f1"))) as server:
             yield server
     finally:
-        waiter.close()
-        await asyncio.to_thread(feed.close)
+        await wiring.aclose()
 
 
 # -- stdio -------------------------------------------------------------------------------------
