@@ -61,6 +61,7 @@ async def status(node: Node, info: dict[str, Any]) -> dict[str, Any]:
         "live_peers": sum(1 for p in peers if p["reachable"]),
         "lag": sum(p["lag"] or 0 for p in peers if p["reachable"]),
         "counters": dict(node.counters),
+        "waiting": node.waiter.waiting,
         "catchup": None if node.catchup is None else node.catchup.to_dict(),
         "own_history_ahead": None if node.own_ahead is None else node.own_ahead.to_dict(),
         "mdns": None if node.mdns is None else {"active": node.mdns.active, "announced": node.mdns.announced,
