@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from mcp_server.arguments import DEFAULT_HTTP_PORT, add_push_arguments, add_replica_arguments, add_session_arguments
 from peerd import home as homes
 from peerd.cli.errors import EXIT_USAGE, CliError
 from peerd.cli.setup import home_flag, open_fleet
@@ -41,7 +42,6 @@ from replica.routing import DEFAULT_BROADCAST_HISTORY_MS
 
 Transport = Literal["stdio", "http"]
 LOOPBACK_NAMES = ("127.0.0.1", "localhost")
-DEFAULT_HTTP_PORT = 8000
 
 
 @dataclass(frozen=True)
@@ -121,6 +121,15 @@ def config_of(p: Plan, args: argparse.Namespace) -> Config | None:
     home = home_of(p)
     cfg = homes.config_path(home) if home is not None else None
     return load_config(cfg) if cfg is not None and cfg.exists() else None
+
+
+def mcp_arguments(s: argparse.ArgumentParser) -> None:
+    """``peerd mcp``'s flags: the MCP server's own (``mcp_server.arguments``), and ``--init``."""
+    add_replica_arguments(s)
+    add_session_arguments(s)
+    s.add_argument("--init", action="store_true", help="create the home (a new fleet) if there is none")
+    add_push_arguments(s)
+    s.set_defaults(fn=cmd_mcp)
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
