@@ -1,6 +1,14 @@
 """MCP tools over a replica: in-process server, stdio runner and the streamable HTTP app.
 
-Imports only ``replica`` of peerd. Entry points:
+Invariants:
+* Imports only ``replica`` of peerd (tests/test_layers.py): the daemon and ``peerd mcp`` host
+  it; it never reaches into them.
+* One ``TOOLS`` table and one ``build_server`` for every transport, so stdio, HTTP and an
+  in-process server answer alike (a server with a ``PushHub`` adds ``replay_unread``).
+* The names below load on first use: importing a light submodule (``mcp_server.localguard``,
+  ``mcp_server.wiring``, ``mcp_server.arguments``, ``mcp_server.framing``) never loads the MCP SDK.
+
+Entry points:
 
 * ``build_server(replica, waiter=..., bind=...)`` -> ``MCPServer`` with every tool;
 * ``run_stdio(home, role, instance)`` -> serve stdio on the replica in ``home``;
@@ -12,9 +20,6 @@ Imports only ``replica`` of peerd. Entry points:
 * ``mcp_server.channel.PushHub`` -> pushes mail (Claude Code channel events) and
   resource updates to sessions, on the same feed; ``mcp_server.resources`` holds the
   inbox and thread resources, ``mcp_server.framing`` how mail is framed for an agent.
-
-The names above load on first use: importing a light submodule
-(``mcp_server.localguard``, ``mcp_server.wiring``) never loads the MCP SDK.
 """
 
 from __future__ import annotations
