@@ -50,9 +50,14 @@ def offenders(room: str, allowed: tuple[str, ...], banned: tuple[str, ...] = ())
     ("peerd.limits", (), IO),
     ("peerd.ratelog", (), IO),
     ("peerd.peers", ("peerd.protocol", "replica", "discovery.seeds"), IO),
+    ("peerd.fleetkey", ("peerd.errors",), IO),
+    ("peerd.configrules", ("peerd.errors", "peerd.fleetkey", "peerd.limits", "discovery.seeds", "discovery.source",
+                           "replica", "peerd.config"), IO),
+    ("discovery.lanview", ("discovery",), IO),
 ])
 def test_each_room_imports_only_what_it_may(room: str, allowed: tuple[str, ...], banned: tuple[str, ...]) -> None:
-    """replica, discovery, mcp_server, the sans-io protocol, the transport and the peer table stay in their lanes."""
+    """replica, discovery, mcp_server, the sans-io protocol, the transport, the peer table and the pure
+    rules (fleet key, config rules, what mDNS adverts mean) stay in their lanes."""
     assert imported_by(room), f"no source found for {room}"
     assert offenders(room, allowed, banned) == {}
 
