@@ -37,7 +37,6 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel
 
 from mcp_server import schemas as s
-from mcp_server.waiter import Waiter
 from replica import (
     Agent,
     Inbox,
@@ -52,6 +51,7 @@ from replica import (
     SentMessage,
 )
 from replica.api import now_ms
+from replica.feed import Waiter
 from replica.names import name_key, same_name
 from replica.stamps import iso_ms, ms_of_iso, parse_since
 

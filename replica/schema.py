@@ -7,8 +7,16 @@ view over them). ``routes`` files messages to several roles under each role;
 a message to one role or to ``broadcast`` is found through its channel column.
 Every other table is a projection of the ops and can be rebuilt from them;
 ``first_seen`` is a min-register per role (``replica.firstseen``).
-``origins.hlc`` on this node's own row is the persisted HLC high-water mark. ``meta.schema_version``
-says which migrations have run; migrations only ever move forward.
+``origins.hlc`` on this node's own row is the persisted HLC high-water mark.
+
+Invariants:
+* ``MIGRATIONS`` only grows at its end: a file at version ``v`` (``meta.schema_version``) has
+  run exactly the first ``v`` scripts, and opening it runs the rest, in order, in the same
+  write transaction that records ``LATEST``; migrations only ever move forward.
+* A file of a version above ``LATEST`` (a newer peerd wrote it) is refused with nothing
+  changed (``replica.store``), never migrated down.
+* ``ops`` alone holds the truth: every other table can be rebuilt from it, and from ``KEYED``
+  on every row carries its name keys (older files are rebuilt on upgrade).
 """
 
 from __future__ import annotations

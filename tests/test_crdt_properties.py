@@ -281,3 +281,11 @@ def test_store_first_seen_is_the_pure_min_whatever_the_order(plan: list[tuple[in
     assert held == model
     assert set(held) == {name_key(role) for _, (kind, role, _) in plan if kind != "thread"}  # agents are not roles
     assert all(held[role] <= 10**12 + 3 * 86_400_000 for role in held)
+
+
+def test_no_property_test_runs_against_the_clock() -> None:
+    """The suite's Hypothesis profile (tests/conftest.py) has no deadline, and explicit
+    ``@settings`` inherit it, so a busy machine cannot fail a law that holds."""
+    assert settings.default.deadline is None
+    assert settings(max_examples=5).deadline is None
+    assert HealthCheck.too_slow in settings.default.suppress_health_check
