@@ -151,6 +151,7 @@ def retention_arguments(s: argparse.ArgumentParser) -> None:
 
     common = Parser(add_help=False)  # the global options after a verb, too
     global_options(common, argparse.SUPPRESS)
+    s.set_defaults(fn=cmd_show)  # each verb sets its own; a verb is required
     verbs = s.add_subparsers(dest="verb", required=True, metavar="VERB")
     v = verbs.add_parser("set", parents=[common], help="purge messages older than DURATION from every replica")
     v.add_argument("horizon", metavar="DURATION", help="30d, 12h, 90m, 45s, or forever (keep everything)")
