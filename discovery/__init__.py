@@ -1,12 +1,14 @@
 """Peer discovery: mDNS and seed lists.
 
-Every source implements ``DiscoverySource`` (``start(found, gone)`` /
-``stop()``) and hands ``PeerCandidate`` values to the daemon. Discovery only
-suggests where peers may be; it knows nothing of sync and imports nothing
-else of peerd.
-
-``MdnsSource`` (python-zeroconf, slow to import) is loaded on first use, so
-code that needs only seeds or adverts (the command line) never loads it.
+Invariants:
+* Every source implements ``DiscoverySource`` (``start(found, gone)`` / ``stop()``) and
+  hands ``PeerCandidate`` values to the daemon: discovery only suggests where peers may
+  be; it knows nothing of sync and imports nothing else of peerd (tests/test_layers.py).
+* A source never raises for network conditions (the mDNS port taken, a seed that does not
+  resolve): it logs once and keeps trying; a callback that raises is logged, and the source
+  goes on.
+* ``MdnsSource`` (python-zeroconf, slow to import) is loaded on first use, so code that
+  needs only seeds or adverts (the command line) never loads it.
 """
 
 from typing import TYPE_CHECKING, Any

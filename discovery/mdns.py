@@ -2,10 +2,10 @@
 
 Invariants:
 - Advertises ``peerd-<node id>._peerd._tcp.local.`` with the TXT fields of
-  ``discovery.advert``; browses the same type and hands over only adverts
-  of our fleet id and a protocol version in common that are not our own node.
-  An advert of our fleet with no version in common goes to ``other_version``
-  (when given) once per advert and version list, never to ``found``.
+  ``discovery.advert``; browses the same type and hands what it resolves to
+  ``discovery.lanview.LanView``, which decides what each advert means (a peer
+  of our fleet for ``found``, another fleet for ``other``, no version in
+  common for ``other_version``) and whom to tell.
 - Browsing starts before our own registration (which probes the network for
   about 1.2 s), so peers already on the LAN are found in a fraction of that.
 - Never raises for network conditions: a port-5353 conflict, no usable
@@ -16,10 +16,8 @@ Invariants:
   change re-announces the advert with the new addresses. Known peers are
   re-read from the mDNS cache at the same pace, so a peer's changed address
   set is handed over again (``found``) within about one poll.
-- Adverts of other fleets are handed to ``other`` (when given) as
-  ``Sighting`` values, and their departures to ``other_gone``; they are never
-  ``found``. ``set_fleet`` changes the advertised fleet id (a key rotation)
-  and re-judges every advert in view.
+- ``set_fleet`` changes the advertised fleet id (a key rotation) and
+  re-judges every advert in view, those of other fleets included.
 - ``stop`` sends goodbye packets (TTL 0) so peers drop this node within
   about a second. A node that vanished without goodbye is reported ``gone``
   only when its PTR record expires (about 20 minutes); liveness is the
@@ -33,7 +31,6 @@ import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from ipaddress import ip_address
 
 from zeroconf import (
     InterfaceChoice as ZcInterfaceChoice,
@@ -47,33 +44,19 @@ from zeroconf import (
 )
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
-from discovery.advert import (
-    SERVICE_TYPE,
-    Advert,
-    decode_txt,
-    encode_txt,
-    instance_label,
-    judge_advert,
-    pick_host,
-)
+from discovery.advert import SERVICE_TYPE, Advert, encode_txt, instance_label
+from discovery.lanview import LanView
 from discovery.netif import (
     InterfaceChoice,
     LocalAddress,
+    check_interfaces,
     default_multicast_source,
     one_per_device,
     probe_mdns_port,
     read_local_addresses,
     select_addresses,
 )
-from discovery.source import (
-    AdvertError,
-    FoundCallback,
-    GoneCallback,
-    PeerCandidate,
-    Sighting,
-    SightingCallback,
-    call_safely,
-)
+from discovery.source import FoundCallback, GoneCallback, SightingCallback
 
 __all__ = ["MdnsSource"]
 
@@ -93,20 +76,6 @@ class _Plan:
 
     advertised: tuple[str, ...]
     sockets: tuple[str, ...]
-
-
-def _check_interfaces(interfaces: InterfaceChoice) -> InterfaceChoice:
-    if isinstance(interfaces, str):
-        if interfaces not in ("all", "default"):
-            raise ValueError(
-                f"mdns interfaces must be 'all', 'default' or a list of interface names "
-                f"or IPv4 addresses, got {interfaces!r}"
-            )
-        return interfaces
-    entries = tuple(interfaces)
-    if not entries or not all(isinstance(e, str) and e.strip() for e in entries):
-        raise ValueError("mdns interfaces list must hold at least one non-empty name or address")
-    return tuple(e.strip() for e in entries)
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:
@@ -144,15 +113,12 @@ class MdnsSource:
             raise ValueError("protocol_versions must name at least one version")
         self._advert = Advert(node_id, fleet_id, min(protocol_versions), port, name,
                               tuple(sorted(set(protocol_versions))))
-        self._also = tuple(also)
-        self._other, self._other_gone, self._other_version = other, other_gone, other_version
-        self._told_version: set[tuple[str, tuple[int, ...]]] = set()
-        self._others: dict[str, Sighting] = {}
+        self._view = LanView(self._advert, also, other=other, other_gone=other_gone, other_version=other_version)
         self._txt = encode_txt(self._advert)  # AdvertError (a ValueError) on bad values
         label = instance_label(node_id)
         self._name = f"{label}.{SERVICE_TYPE}"
         self._server = f"{label}.local."
-        self._interfaces = _check_interfaces(interfaces)
+        self._interfaces = check_interfaces(interfaces)
         self._poll_interval = poll_interval
         self._resolve_timeout_ms = int(resolve_timeout * 1000)
 
@@ -169,9 +135,7 @@ class MdnsSource:
         self._register_task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
         self._resolve_tasks: dict[str, asyncio.Task[None]] = {}
-        self._peers: dict[str, PeerCandidate] = {}
-        self._found: FoundCallback | None = None
-        self._gone: GoneCallback | None = None
+        self._started = False
 
     # -- public state -------------------------------------------------------
 
@@ -214,7 +178,8 @@ class MdnsSource:
         advert = Advert(self._advert.node_id, fleet_id, self._advert.protocol_version, self._advert.port,
                         self._advert.name, self._advert.protocols)
         self._txt = encode_txt(advert)
-        self._advert, self._also = advert, tuple(also)
+        self._advert = self._view.advert = advert
+        self._view.also = tuple(also)
         if self._zc is not None and self._info is not None:
             info = self._service_info(self._info.parsed_addresses())
             await self._zc.async_update_service(info)
@@ -225,9 +190,10 @@ class MdnsSource:
 
     async def start(self, found: FoundCallback, gone: GoneCallback) -> None:
         """Open mDNS (or log why not), start browsing and announcing; returns at once."""
-        if self._found is not None:
+        if self._started:
             raise RuntimeError("MdnsSource already started")
-        self._found, self._gone = found, gone
+        self._started = True
+        self._view.found, self._view.gone = found, gone
         try:
             await self._reconcile()
         except Exception:  # the daemon must keep running on seeds whatever mDNS does
@@ -238,15 +204,14 @@ class MdnsSource:
 
     async def stop(self) -> None:
         """Say goodbye on the network and close the sockets; idempotent."""
-        self._found = self._gone = None
+        self._view.found = self._view.gone = None
         if self._watch_task is not None:
             self._watch_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch_task
             self._watch_task = None
         await self._deactivate()
-        self._peers.clear()
-        self._others.clear()
+        self._view.clear()
         self._problem = "stopped"
 
     # -- lifecycle ----------------------------------------------------------
@@ -265,7 +230,7 @@ class MdnsSource:
             assert problem is not None
             if self._zc is not None:
                 await self._deactivate()
-                self._forget_peers()
+                self._view.forget()
             self._set_problem(problem)
         elif self._zc is None:
             if not self._holding_off(plan):
@@ -419,14 +384,6 @@ class MdnsSource:
             parsed_addresses=list(addresses),
         )
 
-    def _forget_peers(self) -> None:
-        """We can no longer see the LAN: report every mDNS peer as gone."""
-        peers, self._peers = self._peers, {}
-        for node_id in dict.fromkeys(c.node_id for c in peers.values() if c.node_id):
-            self._call_gone(node_id)
-        for name in list(self._others):
-            self._drop_other(name)
-
     # -- browsing -----------------------------------------------------------
 
     def _on_service_state_change(
@@ -443,8 +400,7 @@ class MdnsSource:
         if pending is not None:
             pending.cancel()
         if state_change is ServiceStateChange.Removed:
-            self._drop_peer(name)
-            self._drop_other(name)
+            self._view.removed(name)
             return
         task = asyncio.get_running_loop().create_task(self._resolve(name), name=f"resolve {name}")
         self._resolve_tasks[name] = task
@@ -463,55 +419,10 @@ class MdnsSource:
         if not await info.async_request(zc.zeroconf, self._resolve_timeout_ms):
             log.debug("no answer resolving %s", name)
             return
-        self._update_peer(name, self._candidate(name, info))
+        self._saw(name, info)
 
-    def _candidate(self, name: str, info: AsyncServiceInfo) -> PeerCandidate | None:
-        try:
-            advert = decode_txt(info.properties)
-        except AdvertError as exc:
-            log.debug("ignoring %s: %s", name, exc)
-            return None
-        verdict = judge_advert(
-            advert,
-            own_node_id=self._advert.node_id,
-            fleet_id=self._advert.fleet_id,
-            protocol_versions=self._advert.spoken(),
-            also=self._also,
-        )
-        # Sorted: mDNS caches hold records unordered; a stable order avoids spurious re-finds.
-        addresses = tuple(sorted(info.parsed_addresses(IPVersion.V4Only), key=ip_address))
-        candidate = None if not addresses else PeerCandidate(
-            host=pick_host(addresses, self._local_networks),
-            port=advert.port,
-            source="mdns",
-            node_id=advert.node_id,
-            addresses=addresses,
-            wire=tuple(sorted(advert.spoken())),
-        )
-        if verdict == "other-version" and candidate is not None and self._other_version is not None:
-            told = (name, candidate.wire)  # once per advert and version list: re-resolving says it again
-            if told not in self._told_version:
-                self._told_version.add(told)
-                call_safely(log, self._other_version, candidate)
-        if verdict == "other-fleet" and candidate is not None:
-            self._update_other(name, Sighting(candidate, advert.fleet_id, advert.name))
-        else:
-            self._drop_other(name)
-        if verdict != "accept":
-            log.debug("ignoring %s: %s", name, verdict)
-            return None
-        return candidate
-
-    def _update_other(self, name: str, sighting: Sighting) -> None:
-        if self._others.get(name) != sighting:
-            self._others[name] = sighting
-            if self._other is not None:
-                call_safely(log, self._other, sighting)
-
-    def _drop_other(self, name: str) -> None:
-        gone = self._others.pop(name, None)
-        if gone is not None and gone.candidate.node_id and self._other_gone is not None:
-            call_safely(log, self._other_gone, gone.candidate.node_id)
+    def _saw(self, name: str, info: AsyncServiceInfo) -> None:
+        self._view.saw(name, info.properties, info.parsed_addresses(IPVersion.V4Only), self._local_networks)
 
     def _refresh_peers(self, *, everyone: bool = False) -> None:
         """Re-read known peers from the mDNS cache: catches flushed (removed) addresses,
@@ -520,30 +431,9 @@ class MdnsSource:
         zc = self._zc
         if zc is None:
             return
-        for name in list(dict.fromkeys([*self._peers, *(self._others if everyone else ())])):
+        for name in self._view.names(everyone=everyone):
             if name in self._resolve_tasks:
                 continue
             info = AsyncServiceInfo(SERVICE_TYPE, name)
-            if not info.load_from_cache(zc.zeroconf):
-                continue
-            self._update_peer(name, self._candidate(name, info))
-
-    def _update_peer(self, name: str, candidate: PeerCandidate | None) -> None:
-        """Hand over a new or changed candidate; drop a known one whose advert turned bad."""
-        if candidate is None:
-            self._drop_peer(name)
-        elif self._peers.get(name) != candidate:
-            self._peers[name] = candidate
-            if self._found is not None:
-                call_safely(log, self._found, candidate)
-
-    def _drop_peer(self, name: str) -> None:
-        candidate = self._peers.pop(name, None)
-        if candidate is None or candidate.node_id is None:
-            return
-        if all(c.node_id != candidate.node_id for c in self._peers.values()):
-            self._call_gone(candidate.node_id)
-
-    def _call_gone(self, node_id: str) -> None:
-        if self._gone is not None:
-            call_safely(log, self._gone, node_id)
+            if info.load_from_cache(zc.zeroconf):
+                self._saw(name, info)

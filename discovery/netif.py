@@ -1,10 +1,12 @@
 """The machine's IPv4 interfaces, as mDNS sees them.
 
 A thin I/O layer (``read_local_addresses``, ``default_multicast_source``,
-``probe_mdns_port``) around one pure rule (``select_addresses``).
+``probe_mdns_port``) around pure rules (``check_interfaces``, ``select_addresses``).
 
 Invariants:
 - Only IPv4 is considered: peerd's mDNS runs on 224.0.0.251 (seeds cover IPv6).
+- An interface choice is ``"all"``, ``"default"`` or a non-empty list of names
+  or addresses (``check_interfaces``); anything else is a ``ValueError``.
 - ``"all"`` selects every address on an interface that is up, multicast-capable
   and not loopback. An explicit list selects the addresses of the interfaces
   it names (by interface name or by address) that are up; entries that match
@@ -34,6 +36,7 @@ __all__ = [
     "MDNS_PORT",
     "InterfaceChoice",
     "LocalAddress",
+    "check_interfaces",
     "default_multicast_source",
     "one_per_device",
     "probe_mdns_port",
@@ -71,6 +74,22 @@ class LocalAddress:
     def network(self) -> str:
         """The address with its prefix length, e.g. ``10.77.1.2/24``."""
         return f"{self.address}/{self.prefix}"
+
+
+def check_interfaces(interfaces: InterfaceChoice) -> InterfaceChoice:
+    """``interfaces`` as a source uses it (names stripped); ``ValueError`` if it is neither a
+    choice nor a list of names or addresses."""
+    if isinstance(interfaces, str):
+        if interfaces not in ("all", "default"):
+            raise ValueError(
+                f"mdns interfaces must be 'all', 'default' or a list of interface names "
+                f"or IPv4 addresses, got {interfaces!r}"
+            )
+        return interfaces
+    entries = tuple(interfaces)
+    if not entries or not all(isinstance(e, str) and e.strip() for e in entries):
+        raise ValueError("mdns interfaces list must hold at least one non-empty name or address")
+    return tuple(e.strip() for e in entries)
 
 
 def select_addresses(

@@ -1,19 +1,25 @@
 """MCP tools over a replica: in-process server, stdio runner and the streamable HTTP app.
 
-Imports only ``replica`` of peerd. Entry points:
+Invariants:
+* Imports only ``replica`` of peerd (tests/test_layers.py): the daemon and ``peerd mcp`` host
+  it; it never reaches into them.
+* One ``TOOLS`` table and one ``build_server`` for every transport, so stdio, HTTP and an
+  in-process server answer alike (a server with a ``PushHub`` adds ``replay_unread``).
+* The names below load on first use: importing a light submodule (``mcp_server.localguard``,
+  ``mcp_server.wiring``, ``mcp_server.arguments``, ``mcp_server.framing``) never loads the MCP SDK.
+
+Entry points:
 
 * ``build_server(replica, waiter=..., bind=...)`` -> ``MCPServer`` with every tool;
 * ``run_stdio(home, role, instance)`` -> serve stdio on the replica in ``home``;
 * ``http_app(replica, waiter=...)`` -> ASGI app for ``/mcp``, which peerd's local
   server mounts behind ``localguard.LocalOnly``;
-* ``FeedWaiter(feed)`` -> a ``Waiter`` that wakes ``wait`` calls when the process's
-  ``replica.feed.ChangeFeed`` moves;
+* ``Wiring.over(replica, source)`` (``mcp_server.wiring``) -> the process's change feed
+  over a replica, the one ``FeedWaiter`` on it that wakes ``wait`` calls when the feed
+  moves, and MCP over HTTP or stdio on both: what every host builds;
 * ``mcp_server.channel.PushHub`` -> pushes mail (Claude Code channel events) and
   resource updates to sessions, on the same feed; ``mcp_server.resources`` holds the
   inbox and thread resources, ``mcp_server.framing`` how mail is framed for an agent.
-
-The names above load on first use: importing a light submodule
-(``mcp_server.localguard``, ``mcp_server.waiter``) never loads the MCP SDK.
 """
 
 from __future__ import annotations
@@ -27,12 +33,14 @@ if TYPE_CHECKING:
     from mcp_server.server import build_server
     from mcp_server.stdio import run_stdio
     from mcp_server.tools import TOOLS, SessionBinding
-    from mcp_server.waiter import FeedWaiter, Waiter
+    from mcp_server.wiring import Wiring
+    from replica.feed import FeedWaiter, Waiter
 
 _WHERE = {
     "MCP_PATH": "mcp_server.http", "http_app": "mcp_server.http", "LocalOnly": "mcp_server.localguard",
     "build_server": "mcp_server.server", "run_stdio": "mcp_server.stdio", "TOOLS": "mcp_server.tools",
-    "SessionBinding": "mcp_server.tools", "FeedWaiter": "mcp_server.waiter", "Waiter": "mcp_server.waiter",
+    "SessionBinding": "mcp_server.tools", "FeedWaiter": "replica.feed", "Waiter": "replica.feed",
+    "Wiring": "mcp_server.wiring",
 }
 
 
@@ -46,6 +54,14 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "MCP_PATH", "TOOLS", "FeedWaiter", "LocalOnly", "SessionBinding", "Waiter", "build_server",
-    "http_app", "run_stdio",
+    "MCP_PATH",
+    "TOOLS",
+    "FeedWaiter",
+    "LocalOnly",
+    "SessionBinding",
+    "Waiter",
+    "Wiring",
+    "build_server",
+    "http_app",
+    "run_stdio",
 ]

@@ -1,7 +1,14 @@
 """``python -m mcp_server --home DIR [--role R] [--instance I]``: the stdio MCP server.
 
-``peerd mcp`` runs the same ``run_stdio``; this entry point exists so the
-server can be started (and tested) without the daemon's CLI.
+``peerd mcp`` runs the same ``serve_stdio`` (and accepts AgentMsgs' command line besides); this
+entry point exists so the server can be started (and tested) without the daemon's CLI.
+
+Invariants:
+* It never imports peerd: its flags are ``mcp_server.arguments``' (the definitions ``peerd mcp``
+  adds to its own), and the replica is opened by ``replica`` alone.
+* It serves only a home that holds a replica: a missing ``--home`` (and no ``PEERD_HOME``), or a
+  folder with no ``replica.db``, is a usage error (exit 2), never a new empty replica.
+* Ctrl-C ends it with exit code 130; a client closing stdin ends it with 0.
 """
 
 from __future__ import annotations
@@ -13,22 +20,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from mcp_server.arguments import add_session_arguments
 from mcp_server.stdio import run_stdio
 from replica import REPLICA_FILE
-
-
-def _nonempty(value: str) -> str:
-    if not value.strip():
-        raise argparse.ArgumentTypeError("must not be empty")
-    return value.strip()
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m mcp_server", description="peerd MCP server over stdio")
     parser.add_argument("--home", type=Path, default=os.environ.get("PEERD_HOME"),
                         help="peerd home folder holding the replica (default: $PEERD_HOME)")
-    parser.add_argument("--role", type=_nonempty, help="role this session speaks for")
-    parser.add_argument("--instance", type=_nonempty, help="instance id of this session's role")
+    add_session_arguments(parser)
     args = parser.parse_args(argv)
     if args.home is None:
         parser.error("--home is required (or set PEERD_HOME)")

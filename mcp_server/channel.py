@@ -16,7 +16,8 @@ Invariants:
   ``check_messages``). At most ``BURST`` messages are pushed one by one per change; the
   rest of a burst is one summary event and stays undelivered.
 * Notifications go out on the session's standalone channel: on stdio at once; on HTTP only
-  while the session's GET stream is open (``StreamWatch`` tells the hub). Mail that lands
+  while the session's GET stream is open (``mcp_server.streamwatch`` tells the hub). What a
+  session asks for and how a push looks on the wire are ``mcp_server.channelwire``. Mail that lands
   before the stream opens, or while it is closed, stays undelivered and is pushed when it
   opens: a push is never recorded for a stream that is not there.
 * Resource updates go only to sessions that subscribed to that URI, and only when the
@@ -31,106 +32,39 @@ import contextvars
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
-from mcp.types import INVALID_PARAMS, Notification, NotificationParams, ServerNotification, ToolAnnotations
+from mcp.types import INVALID_PARAMS, ServerNotification, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_server import framing, resources
-from mcp_server.tools import Call, SessionBinding, ToolSpec
-from mcp_server.waiter import Waiter
+from mcp_server.channelwire import (
+    CHANNEL_CAPABILITY,
+    ChannelNotification,
+    ChannelParams,
+    ConfigOf,
+    PushConfig,
+    SessionKey,
+    decorate_initialize,
+    http_config,
+    session_key,
+)
+from mcp_server.tools import Call, ToolSpec
 from replica import InvalidArgument, PeerdError, Replica
+from replica.feed import Waiter
 from replica.mailbox import Mail
+
+__all__ = ["BURST", "CHANNEL_CAPABILITY", "PushConfig", "PushHub", "ReplayArgs", "ReplayOut", "http_config",
+           "replay_tool"]
 
 log = logging.getLogger("mcp_server.channel")
 
-CHANNEL_CAPABILITY = "claude/channel"
-CHANNEL_METHOD = "notifications/claude/channel"
-SESSION_HEADER = "mcp-session-id"
-PUSH_FROM_HEADER = "x-peerd-push-from"
-PUSH_HEADER = "x-peerd-push"
 BURST = 20  # messages pushed one by one per change; more become one summary event
 PAGE = 1000  # mail read per look
 IDLE_SESSION_SECONDS = 1800.0  # an HTTP session with no request and no stream for this long is forgotten
-
-SessionKey = str | None  # the HTTP session id; None on stdio (one session per process)
-
-
-# -- configuration --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PushConfig:
-    """What one session gets pushed: mail for ``binding`` (if it names a role), from ``senders`` only
-    (empty: everyone), unless ``enabled`` is off."""
-
-    binding: SessionBinding = field(default_factory=SessionBinding)
-    enabled: bool = True
-    senders: frozenset[str] = frozenset()
-
-    @property
-    def active(self) -> bool:
-        return self.enabled and bool(self.binding.role)
-
-
-def split_names(value: str | None) -> frozenset[str]:
-    """``"a, b"`` -> {"a", "b"} (empty entries dropped)."""
-    return frozenset(p.strip() for p in (value or "").split(",") if p.strip())
-
-
-def header(request: object, name: str) -> str | None:
-    headers = getattr(request, "headers", None)
-    value = headers.get(name) if isinstance(headers, Mapping) else None
-    return value.strip() or None if isinstance(value, str) else None
-
-
-def http_config(request: object, binding: SessionBinding) -> PushConfig:
-    """An HTTP session's push config: ``X-Peerd-Push: off`` turns pushes off, ``X-Peerd-Push-From``
-    (comma-separated roles or agent names) is the allowlist."""
-    off = (header(request, PUSH_HEADER) or "").lower() in ("0", "off", "no", "false")
-    return PushConfig(binding, enabled=not off, senders=split_names(header(request, PUSH_FROM_HEADER)))
-
-
-ConfigOf = Callable[[object], PushConfig]
-"""A session's push config from its ``initialize`` / ``initialized`` request (None on stdio)."""
-
-
-# -- the wire -------------------------------------------------------------------------------------
-
-
-class ChannelParams(NotificationParams):
-    content: str
-    meta: dict[str, str] = Field(default_factory=dict)
-
-
-class ChannelNotification(Notification[ChannelParams, Literal["notifications/claude/channel"]]):
-    """Claude Code's channel event: ``content`` becomes the body of a ``<channel>`` tag, ``meta`` its attributes."""
-
-    method: Literal["notifications/claude/channel"] = "notifications/claude/channel"
-    params: ChannelParams
-
-
-def decorate_initialize(result: HandlerResult, config: PushConfig) -> HandlerResult:
-    """The ``initialize`` result with resource subscriptions on and, for a push session, the
-    ``claude/channel`` capability and the channel instructions."""
-    if not isinstance(result, dict):
-        return result
-    caps = result.setdefault("capabilities", {})
-    res = caps.get("resources")
-    if isinstance(res, dict):
-        res["subscribe"] = True
-    if config.active and config.binding.role:
-        caps.setdefault("experimental", {})[CHANNEL_CAPABILITY] = {}
-        result["instructions"] = framing.instructions(config.binding.role, config.binding.instance)
-    return result
-
-
-def session_key(request: object) -> SessionKey:
-    return header(request, SESSION_HEADER)
 
 
 # -- one session --------------------------------------------------------------------------------
@@ -436,67 +370,3 @@ def replay_tool(hub: PushHub) -> ToolSpec[ReplayArgs, ReplayOut]:
     return ToolSpec("replay_unread", "Push your unread messages to this session again as channel events "
                     "(after a context reset); nothing is marked read.", ReplayArgs, ReplayOut, handler,
                     ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True))
-
-
-# -- HTTP: seeing session streams open and close ----------------------------------------------------
-
-
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", ()):
-        if key.lower() == name:
-            return str(value.decode("latin-1")).strip() or None
-    return None
-
-
-class StreamWatch:
-    """ASGI middleware in front of the MCP app: tells the hub when a session's GET (server-to-client)
-    stream is open, when it closes, and when a session ends (DELETE); stops the hub at shutdown."""
-
-    def __init__(self, app: ASGIApp, hub: PushHub) -> None:
-        self.app = app
-        self.hub = hub
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await self.app(scope, self._lifespan_receive(receive), send)
-            return
-        key = _header(scope, b"mcp-session-id") if scope["type"] == "http" else None
-        if key is None:
-            await self.app(scope, receive, send)
-            return
-        self.hub.touch(key)
-        if scope["method"] == "GET" and "text/event-stream" in (_header(scope, b"accept") or ""):
-            await self._stream(key, scope, receive, send)
-        elif scope["method"] == "DELETE":
-            try:
-                await self.app(scope, receive, send)
-            finally:
-                self.hub.session_closed(key)
-        else:
-            await self.app(scope, receive, send)
-
-    async def _stream(self, key: str, scope: Scope, receive: Receive, send: Send) -> None:
-        opened = False
-
-        async def watch(message: Message) -> None:
-            nonlocal opened
-            await send(message)
-            if message["type"] == "http.response.start" and message.get("status") == 200 and not opened:
-                opened = True  # the SDK registers the stream in the same step; pushes start after it
-                self.hub.stream_opened(key)
-
-        try:
-            await self.app(scope, receive, watch)
-        finally:
-            if opened:
-                self.hub.stream_closed(key)
-
-    def _lifespan_receive(self, receive: Receive) -> Receive:
-        async def wrapped() -> Message:
-            message = await receive()
-            if message["type"] == "lifespan.shutdown":
-                await self.hub.aclose()
-            return message
-
-        return wrapped
-

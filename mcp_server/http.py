@@ -8,7 +8,7 @@ Invariants:
 * A session is bound by headers (``X-Peerd-Role``, ``X-Peerd-Instance``) or by
   query parameters (``/mcp?role=&instance=``), read on every request. A bound
   session gets its mail pushed on its GET stream (``mcp_server.channel``;
-  ``StreamWatch`` sees the stream open and close); sessions stay stateful,
+  ``mcp_server.streamwatch`` sees the stream open and close); sessions stay stateful,
   since a stateless one has no stream to push on.
 * Each POST is answered with one JSON body, never an SSE stream: a result carrying a
   largest message (900,000 bytes, up to 6x that once escaped) must reach clients that
@@ -27,10 +27,12 @@ from __future__ import annotations
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp
 
-from mcp_server.channel import PushHub, StreamWatch, http_config
+from mcp_server.channel import PushHub
+from mcp_server.channelwire import http_config
 from mcp_server.server import ReplicaSource, build_server, replica_source, request_binding
+from mcp_server.streamwatch import StreamWatch
 from mcp_server.tools import FleetIdProvider, SessionBinding
-from mcp_server.waiter import Waiter
+from replica.feed import Waiter
 from replica.ops import MAX_JSON_REQUEST_BYTES
 
 MCP_PATH = "/mcp"

@@ -41,8 +41,8 @@ from mcp_server.tools import (
     ToolSpec,
     Wire,
 )
-from mcp_server.waiter import Waiter
 from replica import LocalError, NotFound, PeerdError, Replica, StoreError
+from replica.feed import Waiter
 
 ROLE_HEADER = "x-peerd-role"
 INSTANCE_HEADER = "x-peerd-instance"

@@ -21,13 +21,11 @@ import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
-from mcp_server.channel import PushConfig, PushHub
-from mcp_server.server import build_server
 from mcp_server.stdioguard import run_guarded
 from mcp_server.tools import SessionBinding
-from mcp_server.waiter import FeedWaiter
+from mcp_server.wiring import wired
 from replica import Replica, open_home
-from replica.feed import ChangeFeed, FileWatch, Source
+from replica.feed import FileWatch, Source
 
 
 async def run_stdio(home: Path, role: str | None = None, instance: str | None = None, *,
@@ -51,16 +49,10 @@ async def serve_stdio(replica: Replica, source: Source | None, role: str | None 
     ``source``: how the feed learns of other processes' writes (None: nobody else writes,
     as for a replica in memory). ``push`` / ``push_from`` (an allowlist of senders) shape the
     channel pushes of a bound session. The caller closes the replica."""
-    feed = await asyncio.to_thread(ChangeFeed, replica, source)
-    waiter = FeedWaiter(feed)
-    bind = SessionBinding(role, instance)
-    config = PushConfig(bind, enabled=push, senders=frozenset(push_from))
-    hub = PushHub(lambda: replica, waiter, lambda _request: config)
-    try:
-        server = build_server(replica, waiter=waiter, bind=bind, push=hub,
-                              fleet_id=(lambda: fleet_id) if fleet_id is not None else None)
-        await run_guarded(server)
-    finally:
-        await hub.aclose()
-        waiter.close()
-        await asyncio.to_thread(feed.close)
+    async with wired(replica, source) as wiring:
+        server, hub = wiring.stdio_server(SessionBinding(role, instance), push=push, senders=frozenset(push_from),
+                                          fleet_id=(lambda: fleet_id) if fleet_id is not None else None)
+        try:
+            await run_guarded(server)
+        finally:
+            await hub.aclose()

@@ -1,4 +1,5 @@
-"""The tools: argument checks and one call into the replica API each.
+"""The tools: argument checks and one call into the replica API each; the VantagePeers tools are
+here, the AgentMsgs ones in ``mcp_server.threadtools``, the views in ``mcp_server.views``.
 
 Invariants:
 * A handler validates everything it can before it writes; a bad call raises
@@ -7,7 +8,7 @@ Invariants:
 * Replica calls never run on the event loop: each handler hands one small
   synchronous function to ``Call.run`` (a worker thread).
 * Session binding fills in the caller's role and instance; explicit arguments
-  win. The bound instance applies only to the bound role.
+  win (``mcp_server.calls``). The bound instance applies only to the bound role.
 * Results use VantagePeers' names and forms (``messageId``, ``from``,
   ``createdAt`` in Unix ms...); the views from replica values to results are
   pure functions (``message_out``, ``profile_out``, ``merge_peers``...). The results of the
@@ -24,303 +25,61 @@ Invariants:
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import binascii
-import contextlib
-import json
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel
 
 from mcp_server import schemas as s
-from mcp_server.waiter import Waiter
+from mcp_server.calls import (
+    Call,
+    Env,
+    FleetIdProvider,
+    SessionBinding,
+    ToolSpec,
+    Wire,
+    instance_of,
+    role_of,
+    wait_for_data,
+)
+from mcp_server.threadtools import (
+    agent_names,
+    append,
+    create_agent,
+    create_thread,
+    delete_account,
+    has_unread,
+    join_thread,
+    leave_thread,
+    mark_read,
+    poll,
+    thread_info,
+    thread_status,
+)
+from mcp_server.views import (
+    decode_cursor,
+    encode_cursor,
+    inbox_item,
+    merge_peers,
+    message_out,
+    ms,
+    peers_page,
+    profile_result,
+)
 from replica import (
-    Agent,
     Inbox,
-    InboxMessage,
-    InvalidArgument,
     MessageRecord,
-    NotFound,
     Profile,
     RecipientCheck,
     Replica,
-    SenderSeen,
     SentMessage,
 )
 from replica.api import now_ms
-from replica.names import name_key, same_name
-from replica.stamps import iso_ms, ms_of_iso, parse_since
+from replica.stamps import ms_of_iso, parse_since
 
-RECENT_MS = 15 * 60 * 1000  # "reachable": seen in the last 15 minutes
+__all__ = ["TOOLS", "Call", "Env", "FleetIdProvider", "SessionBinding", "ToolSpec", "Wire", "merge_peers"]
+
 INBOX_BYTES = 40_000  # VantagePeers' byte budget of one check_messages page (at least one message)
-
-T = TypeVar("T")
-Wire = dict[str, Any]  # a result in its output model's wire form (aliases, field order, JSON values)
-A = TypeVar("A", bound=BaseModel)
-R = TypeVar("R", bound=BaseModel)
-
-
-@dataclass(frozen=True)
-class SessionBinding:
-    """The role and instance a session speaks for, when known."""
-
-    role: str | None = None
-    instance: str | None = None
-
-
-FleetIdProvider = Callable[[], "str | None"]
-
-
-@dataclass(frozen=True)
-class Env:
-    """What every call of one server shares."""
-
-    replica: Callable[[], Replica]
-    waiter: Waiter
-    bind: SessionBinding
-    fleet_id: FleetIdProvider | None = None
-    bugs_told: set[tuple[str, str]] = field(default_factory=set)  # (tool, exception type) logged with a traceback
-
-
-@dataclass(frozen=True)
-class Call:
-    """One tool call: the server's environment and this request's binding."""
-
-    env: Env
-    bind: SessionBinding
-
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(replica, *args)`` on a worker thread."""
-        return await asyncio.to_thread(fn, self.env.replica(), *args)
-
-
-@dataclass(frozen=True)
-class ToolSpec(Generic[A, R]):
-    name: str
-    description: str
-    args: type[A]
-    out: type[R]
-    handler: Callable[[Call, A], Awaitable[R | Wire]]
-    annotations: ToolAnnotations
-
-
-# -- small pure helpers -------------------------------------------------------------------
-
-
-def role_of(explicit: str | None, bind: SessionBinding, what: str) -> str:
-    if explicit is not None:
-        return explicit.strip()
-    if bind.role:
-        return bind.role
-    raise InvalidArgument(
-        f"'{what}' is required: this session is not bound to a role "
-        "(pass it, or bind the session with --role / X-Peerd-Role / ?role=)"
-    )
-
-
-def instance_of(explicit: str | None, role: str, bind: SessionBinding) -> str | None:
-    if explicit is not None:
-        return explicit
-    return bind.instance if bind.role is not None and same_name(role, bind.role) else None
-
-
-def clean_name(name: str, what: str) -> str:
-    clean = name.strip()
-    if not clean:
-        raise InvalidArgument(f"{what} must be a non-empty string")
-    return clean
-
-
-def capped_wait(seconds: float) -> float:
-    return min(seconds, s.MAX_WAIT_SECONDS)
-
-
-async def wait_for_data(call: Call, look: Callable[[], Awaitable[T]], found: Callable[[T], bool],
-                        wait: float) -> T:
-    """``look()`` now; if nothing is ``found`` and ``wait`` > 0, look again after each change.
-    A wake with no change means the host is closing: the call returns what it has. With no
-    ``wait`` it is one look (no change mark, so no second trip to the worker thread)."""
-    if wait <= 0:
-        return await look()
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + capped_wait(wait)
-    mark = await call.run(Replica.max_lseq)
-    while True:
-        result = await look()
-        left = deadline - loop.time()
-        if found(result) or left <= 0:
-            return result
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(left):
-                await call.env.waiter.wait_beyond(mark)
-        now = await call.run(Replica.max_lseq)
-        if now <= mark:
-            return result
-        mark = now
-
-
-# -- replica-side bodies (run on a worker thread) -----------------------------------------
-
-
-def _known_agent(r: Replica, name: str, what: str, *, alive: bool = True) -> tuple[str, Agent]:
-    clean = clean_name(name, what)
-    agent = r.find_agent(clean)
-    if agent is None or (alive and not agent.alive):
-        raise NotFound(f"unknown agent {clean!r} (register it with create_agent)")
-    return clean, agent
-
-
-def _names(r: Replica, ids: Sequence[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for aid in dict.fromkeys(ids):
-        agent = r.get_agent(aid)
-        out[aid] = agent.name if agent is not None else aid
-    return out
-
-
-def _thread_out(r: Replica, tid: str) -> s.ThreadOut:
-    thread = r.get_thread(tid)
-    if thread is None:
-        raise NotFound(f"unknown thread {tid!r}")
-    names = _names(r, thread.participants)
-    return s.ThreadOut(thread_id=tid, participants=[names[a] for a in thread.participants],
-                       participant_ids=list(thread.participants))
-
-
-def _require_thread(r: Replica, tid: str) -> list[str]:
-    thread = r.get_thread(tid)
-    if thread is None:
-        raise NotFound(f"unknown thread {tid!r}")
-    return thread.participants
-
-
-# -- views: replica values as the tools show them (pure) ------------------------------------
-
-
-def ms(stamp: str | None) -> int | None:
-    """A replica time (ISO-8601, millisecond precision) as Unix ms, as VantagePeers shows times."""
-    return None if stamp is None else ms_of_iso(stamp)
-
-
-def encode_cursor(payload: dict[str, Any]) -> str:
-    """An opaque page cursor: base64url of JSON, no padding (VantagePeers' form)."""
-    raw = json.dumps(payload, separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
-def decode_cursor(token: str | None, key: str) -> Any:
-    """The ``key`` of a cursor this server returned, or None for no cursor (absent or empty)."""
-    if not token:
-        return None
-    try:
-        payload = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-    except (ValueError, binascii.Error):
-        raise InvalidArgument("invalid cursor: not a cursor this tool returned") from None
-    if not isinstance(payload, dict) or key not in payload:
-        raise InvalidArgument("invalid cursor: not a cursor of this tool")
-    return payload[key]
-
-
-def message_out(m: MessageRecord) -> s.MessageOut:
-    return s.MessageOut(message_id=m.id, sender=m.sender, from_instance_id=m.sender_instance, channel=m.channel,
-                        instance_id=m.target_instance, thread_id=m.thread, content=m.content,
-                        created_at=ms_of_iso(m.created), session_day=m.session_day, tenant_id=m.tenant, seq=m.seq,
-                        retracted=m.retracted is not None, retracted_at=ms(m.retracted))
-
-
-def inbox_item(m: InboxMessage) -> Wire:
-    """``s.InboxItem`` in wire form."""
-    return {"messageId": m.id, "receiptId": m.receipt_id, "from": m.sender, "fromInstanceId": m.sender_instance,
-            "channel": m.channel, "instanceId": m.target_instance, "content": m.content,
-            "createdAt": ms_of_iso(m.created), "deliveredAt": ms(m.delivered_at), "readAt": ms(m.read_at),
-            "seq": m.seq}
-
-
-def profile_out(p: Profile) -> s.ProfileOut:
-    """A profile with VantagePeers' defaults for what was never written (shown, not stored)."""
-    static = {**p.static, **{k: v for k, v in (("role", ""), ("workspace", ""), ("capabilities", []))
-                             if k not in p.static}}
-    dynamic = {**p.dynamic, **{k: v for k, v in (("lastSeen", ms(p.updated)), ("sessionCount", 0))
-                               if k not in p.dynamic}}
-    return s.ProfileOut(orchestrator_id=p.orchestrator_id, instance_id=p.instance_id,
-                        name=p.name if p.name is not None else p.instance_id or p.orchestrator_id,
-                        static=static, dynamic=dynamic, created_at=ms(p.created), updated_at=ms(p.updated))
-
-
-def profile_result(oid: str, p: Profile | None) -> s.ProfileResult:
-    if p is None:
-        return s.ProfileResult(profile_id=None, orchestrator_id=oid, name=None, profile=None)
-    out = profile_out(p)
-    return s.ProfileResult(profile_id=p.profile_id, orchestrator_id=p.orchestrator_id, name=out.name, profile=out)
-
-
-def _number(value: object) -> int | float:
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else 0
-
-
-def _text(value: object, default: str = "") -> str:
-    return value if isinstance(value, str) else default
-
-
-def _peer(p: Profile, instance: str | None, seen_ms: int | None, now_ms: int, *, own: bool) -> Wire:
-    """One peer entry (``s.PeerOut`` in wire form) built on profile ``p`` (the entry's own, or its
-    role's when ``own`` is false), with ``profile_out``'s defaults (lastSeen: its last update)."""
-    static, dynamic = p.static, p.dynamic
-    shown = dynamic["lastSeen"] if "lastSeen" in dynamic else ms(p.updated)
-    last = max((t for t in (seen_ms, _number(shown) or None) if t is not None), default=None)
-    name = p.name if p.name is not None else p.instance_id or p.orchestrator_id
-    return {"id": p.orchestrator_id, "instanceId": instance or p.orchestrator_id,
-            "name": name if own else instance or name, "role": _text(static.get("role")),
-            "workspace": _text(static.get("workspace")), "currentTask": _text(dynamic.get("currentTask"), "idle"),
-            "lastSeen": None if last is None else iso_ms(int(last)),
-            "sessionCount": _number(dynamic.get("sessionCount", 0)),
-            "reachable": last is not None and now_ms - last <= RECENT_MS, "profileId": p.profile_id if own else None}
-
-
-PeerKey = tuple[str, str]
-
-
-def merge_peers(profiles: Sequence[Profile], senders: Sequence[SenderSeen],
-                now_ms: int) -> list[tuple[PeerKey, Wire]]:
-    """One entry per profile (a role's, an instance's) and per sender (role, instance) without one,
-    by (role, instance) key: what a profile says, and when the newest of its lastSeen, its updates
-    and its messages was. A sender without a profile shows its role's profile, if any."""
-    by_key = {(name_key(p.orchestrator_id), name_key(p.instance_id or "")): p for p in profiles}
-    seen = {(name_key(x.role), name_key(x.instance or "")): x for x in senders}
-    peers: dict[PeerKey, Wire] = {}
-    for key, p in by_key.items():
-        sender = seen.get(key)
-        peers[key] = _peer(p, p.instance_id, ms(sender.last_seen) if sender else None, now_ms, own=True)
-    for key, x in seen.items():
-        if key in peers:
-            continue
-        base = by_key.get((key[0], ""))
-        if base is None:
-            peers[key] = {"id": x.role, "instanceId": x.instance or x.role, "name": x.instance or x.role, "role": "",
-                          "workspace": "", "currentTask": "idle", "lastSeen": x.last_seen, "sessionCount": 0,
-                          "reachable": now_ms - (ms(x.last_seen) or 0) <= RECENT_MS, "profileId": None}
-        else:
-            peers[key] = _peer(base, x.instance, ms(x.last_seen), now_ms, own=False)
-    return [(k, peers[k]) for k in sorted(peers)]
-
-
-def peers_page(peers: list[tuple[PeerKey, Wire]], after: object, limit: int) -> Wire:
-    """The ``limit`` peers after the key ``after`` (a [role, instance] key) of an earlier page."""
-    if after is not None and not (isinstance(after, list) and len(after) == 2 and all(isinstance(x, str)
-                                                                                         for x in after)):
-        raise InvalidArgument("invalid cursor: not a cursor of list_peers")
-    start = 0 if after is None else next((i for i, (k, _p) in enumerate(peers) if k > (after[0], after[1])),
-                                         len(peers))
-    page = peers[start:start + limit]
-    more = start + limit < len(peers)
-    return {"items": [p for _k, p in page], "nextCursor": encode_cursor({"after": list(page[-1][0])}) if more else None}
-
-
-# -- messaging -----------------------------------------------------------------------------
 
 
 def _send_checked(r: Replica, sender: str, a: s.SendMessageArgs,
@@ -426,7 +185,7 @@ async def delete_message(call: Call, a: s.DeleteMessageArgs) -> s.RetractedOut:
 
 def _search(r: Replica, a: s.SearchMessagesArgs) -> s.SearchOut:
     hits = r.search_messages(a.query, from_=a.sender, channel=a.channel, since=a.since, limit=a.limit)
-    names = _names(r, [h.sender for h in hits if h.thread is not None])
+    names = agent_names(r, [h.sender for h in hits if h.thread is not None])
     items = [
         s.SearchHitOut(message_id=h.id, sender=names.get(h.sender, h.sender) if h.thread is not None else h.sender,
                        from_instance_id=h.sender_instance, channel=h.channel, thread_id=h.thread,
@@ -497,161 +256,6 @@ async def whoami(call: Call, _a: s.NoArgs) -> s.WhoamiOut:
 
 
 # -- agents and threads ----------------------------------------------------------------------
-
-
-def _create_agent(r: Replica, name: str) -> s.AgentOut:
-    """Get or create, as AgentMsgs' tool does: a worker calls it on every start."""
-    clean = clean_name(name, "name")
-    existing = r.find_agent(clean)
-    if existing is not None and existing.alive:
-        return s.AgentOut(agent_id=existing.id, name=existing.name, created=False)
-    return s.AgentOut(agent_id=r.create_agent(clean), name=clean, created=True)
-
-
-async def create_agent(call: Call, a: s.CreateAgentArgs) -> s.AgentOut:
-    return await call.run(_create_agent, a.name)
-
-
-def _delete_account(r: Replica, agent_id: str) -> s.DeletedOut:
-    aid = agent_id.strip()
-    agent = r.get_agent(aid) if aid else None
-    if agent is None or not agent.alive:
-        hint = ""
-        if aid:
-            named = r.find_agent(aid)
-            if named is not None and named.alive:
-                hint = f"; the agent named {aid!r} has agent_id {named.id!r}"
-        raise NotFound(f"unknown agent_id {aid!r}{hint}")
-    r.delete_agent(aid)
-    return s.DeletedOut(agent_id=aid, name=agent.name, deleted=True)
-
-
-async def delete_account(call: Call, a: s.DeleteAccountArgs) -> s.DeletedOut:
-    return await call.run(_delete_account, a.agent_id)
-
-
-def _create_thread(r: Replica, names: list[str]) -> s.ThreadOut:
-    ids = [_known_agent(r, n, "participant name")[1].id for n in names]
-    if len(set(ids)) < 2:
-        raise InvalidArgument("need >=2 participants (two different registered agents)")
-    return _thread_out(r, r.create_thread(*ids))
-
-
-async def create_thread(call: Call, a: s.CreateThreadArgs) -> s.ThreadOut:
-    return await call.run(_create_thread, a.participant_names)
-
-
-def _join_thread(r: Replica, tid: str, name: str) -> s.ThreadOut:
-    _require_thread(r, tid)
-    _clean, agent = _known_agent(r, name, "agent_name")
-    r.join_thread(tid, agent.id)
-    return _thread_out(r, tid)
-
-
-async def join_thread(call: Call, a: s.ThreadAgentArgs) -> s.ThreadOut:
-    return await call.run(_join_thread, a.thread_id, a.agent_name)
-
-
-def _leave_thread(r: Replica, tid: str, name: str) -> s.ThreadOut:
-    members = _require_thread(r, tid)
-    clean = clean_name(name, "agent_name")
-    agent = r.find_agent(clean)
-    if agent is None or agent.id not in members:
-        raise InvalidArgument(f"agent not in thread: {clean!r} is not a participant of thread {tid!r}")
-    r.leave_thread(tid, agent.id)
-    return _thread_out(r, tid)
-
-
-async def leave_thread(call: Call, a: s.ThreadAgentArgs) -> s.ThreadOut:
-    return await call.run(_leave_thread, a.thread_id, a.agent_name)
-
-
-def _thread_info(r: Replica, tid: str) -> s.ThreadInfoOut:
-    info = r.get_thread_info(tid)
-    if info is None:
-        raise NotFound(f"unknown thread {tid!r}")
-    names = _names(r, info.participants)
-    # Thread seqs run 1..message_count with no gap, so the latest message is the one after count - 1.
-    latest = _poll(r, tid, info.message_count - 1, 1)["messages"] if info.message_count else []
-    return s.ThreadInfoOut(thread_id=info.thread_id, participants=[names[p] for p in info.participants],
-                           message_count=info.message_count, latest_activity=info.latest_activity,
-                           latest_message=s.ThreadMessageOut.model_validate(latest[0]) if latest else None)
-
-
-async def thread_info(call: Call, a: s.ThreadArgs) -> s.ThreadInfoOut:
-    return await call.run(_thread_info, a.thread_id)
-
-
-def _thread_status(r: Replica, tid: str, name: str) -> s.ThreadStatusOut:
-    info = r.get_thread_info(tid)
-    if info is None:
-        raise NotFound(f"unknown thread {tid!r}")
-    clean, agent = _known_agent(r, name, "agent_name", alive=False)
-    state = r.get_thread_read_state(tid, agent.id)
-    if state is None:
-        raise NotFound(f"unknown thread {tid!r}")
-    return s.ThreadStatusOut(
-        thread_id=tid, agent_name=clean, is_participant=agent.id in info.participants, cursor=state.cursor,
-        unread_count=state.unread_count, unread_from_others=state.unread_from_others,
-        has_unread=state.unread_from_others > 0, message_count=info.message_count,
-        latest_activity=info.latest_activity)
-
-
-async def thread_status(call: Call, a: s.ThreadAgentArgs) -> s.ThreadStatusOut:
-    return await call.run(_thread_status, a.thread_id, a.agent_name)
-
-
-def _append(r: Replica, tid: str, name: str, content: str) -> s.AppendOut:
-    members = _require_thread(r, tid)
-    clean = clean_name(name, "sender_name")
-    agent = r.find_agent(clean)
-    if agent is None or agent.id not in members:
-        raise InvalidArgument(f"sender not in thread: {clean!r} is not a participant of thread {tid!r} "
-                              "(join_thread first)")
-    return s.AppendOut(thread_id=tid, sender_name=clean, seq=r.append(tid, agent.id, content).seq)
-
-
-async def append(call: Call, a: s.AppendArgs) -> s.AppendOut:
-    return await call.run(_append, a.thread_id, a.sender_name, a.content)
-
-
-def _poll(r: Replica, tid: str, after: int, limit: int) -> Wire:
-    """``s.PollOut`` in wire form."""
-    msgs = r.poll(tid, after, limit)
-    names = _names(r, [m.sender for m in msgs])
-    items = [{"seq": m.seq, "id": m.id, "sender": names[m.sender], "sender_id": m.sender, "content": m.content,
-              "created": m.created} for m in msgs]
-    return {"thread_id": tid, "messages": items, "cursor": max((m.seq for m in msgs), default=after)}
-
-
-async def poll(call: Call, a: s.PollArgs) -> Wire:
-    async def look() -> Wire:
-        return await call.run(_poll, a.thread_id, a.after_seq, a.limit)
-
-    return await wait_for_data(call, look, lambda out: bool(out["messages"]), a.wait)
-
-
-def _has_unread(r: Replica, tid: str, name: str) -> s.HasUnreadOut:
-    _require_thread(r, tid)
-    clean, agent = _known_agent(r, name, "agent_name", alive=False)
-    return s.HasUnreadOut(thread_id=tid, agent_name=clean, has_unread=r.has_unread(tid, agent.id))
-
-
-async def has_unread(call: Call, a: s.ThreadAgentArgs) -> s.HasUnreadOut:
-    return await call.run(_has_unread, a.thread_id, a.agent_name)
-
-
-def _mark_read(r: Replica, tid: str, name: str, seq: int) -> s.MarkReadOut:
-    _require_thread(r, tid)
-    clean, agent = _known_agent(r, name, "agent_name", alive=False)
-    r.mark_read(tid, agent.id, seq)
-    state = r.get_thread_read_state(tid, agent.id)
-    unread = state.unread_count if state is not None else 0
-    return s.MarkReadOut(thread_id=tid, agent_name=clean, seq=seq, unread_count=unread)
-
-
-async def mark_read(call: Call, a: s.MarkReadArgs) -> s.MarkReadOut:
-    return await call.run(_mark_read, a.thread_id, a.agent_name, a.seq)
 
 
 # -- the registry ------------------------------------------------------------------------------

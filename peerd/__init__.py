@@ -1,4 +1,9 @@
-"""peerd daemon and CLI."""
+"""peerd daemon and CLI.
+
+Invariants: importing the package loads nothing (every command and the daemon import what
+they use, so the quick commands start fast); ``version_text`` names every version a peer or a
+replica file is judged by (the release, the wire, the op format and kinds, the replica schema).
+"""
 
 from __future__ import annotations
 

@@ -1,16 +1,13 @@
-"""The daemon's configuration: a frozen value, its TOML file, and the fleet key.
+"""The daemon's configuration: a frozen value and its TOML file. The rules every field obeys
+are ``peerd.configrules``; the fleet key's encoding and public id are ``peerd.fleetkey``
+(both re-exported here, so ``peerd.config`` stays the one place to import them from).
 
 Invariants:
-- A `Config` is always valid: construction checks every field and raises
-  `ConfigError` naming the bad key. Seeds are stored in canonical `host:port` form
-  (IPv6 as `[addr]:port`), without duplicates.
+- A `Config` is always valid: construction checks every field (``configrules.check``) and
+  raises `ConfigError` naming the bad key. `repr(Config)` never shows the fleet key.
 - `config.toml` is flat TOML, written with mode 0600 because it holds the fleet key;
-  loading rejects unknown keys and wrong types with the file and key named.
-- The fleet key is 32 random bytes. In files and on the command line it is written
-  `peerd-fleet-` + url-safe base64 without padding (43 characters), and decoding
-  accepts only that canonical form. `repr(Config)` never shows it.
-- `fleet_id` is a short public name of the fleet derived by a keyed, labelled hash;
-  it reveals nothing about the key.
+  loading rejects unknown keys (naming the closest known one) and wrong types with the file
+  and key named, and what `render_config` writes loads back to the same `Config`.
 - `init_home` never overwrites an existing config; a conflicting request fails loudly.
 
 Default ports: 7733 for the peer port (all interfaces, sealed) and 7734 for the local
@@ -19,13 +16,8 @@ port (127.0.0.1 only). Neither is registered to a common service.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import difflib
-import hashlib
-import math
-import re
-import secrets
 import socket
 import tomllib
 from collections.abc import Iterable
@@ -33,30 +25,42 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from discovery.seeds import format_seed
-from discovery.seeds import parse_seed as discovery_parse_seed
-from discovery.source import SeedError
+from peerd.configrules import (
+    DEFAULT_PORT,
+    ENVELOPE_SLACK,
+    MAX_HISTORY_DAYS,
+    MAX_NAME_CHARS,
+    MAX_PREVIOUS_KEYS,
+    MDNS_CHOICES,
+    MiB,
+    check,
+    merge_seeds,
+    normalize_seed,
+    parse_seed,
+    type_name,
+)
 from peerd.errors import ConfigError
+from peerd.fleetkey import (
+    FLEET_KEY_BYTES,
+    FLEET_KEY_PREFIX,
+    decode_fleet_key,
+    encode_fleet_key,
+    fleet_id,
+    new_fleet_key,
+)
 from peerd.home import atomic_write, config_path, create_exclusive, ensure_home, node_key_path
-from peerd.limits import PEER_CONNECTIONS, PEER_PER_SOURCE
+from peerd.limits import PEER_PER_SOURCE
 from replica import PeerdError, identity
-from replica.ops import MAX_CONTENT_BYTES, MAX_OP_BYTES
+from replica.ops import MAX_CONTENT_BYTES
 
-FLEET_KEY_BYTES = 32
-FLEET_KEY_PREFIX = "peerd-fleet-"
-_FLEET_KEY_CHARS = 43  # len(base64 of 32 bytes) without padding
-_B64URL = re.compile(r"[A-Za-z0-9_-]*")
+__all__ = [
+    "DEFAULT_LOCAL_PORT", "DEFAULT_PORT", "ENVELOPE_SLACK", "FIELD_NAMES", "FLEET_KEY_BYTES", "FLEET_KEY_PREFIX",
+    "MAX_HISTORY_DAYS", "MAX_NAME_CHARS", "MAX_PREVIOUS_KEYS", "MDNS_CHOICES", "Config", "config_from_dict",
+    "decode_fleet_key", "default_name", "encode_fleet_key", "fleet_id", "init_home", "load_config", "merge_seeds",
+    "new_fleet_key", "normalize_seed", "parse_seed", "render_config", "save_config", "with_overrides",
+]
 
-DEFAULT_PORT = 7733
 DEFAULT_LOCAL_PORT = 7734
-MiB = 1024 * 1024
-KiB = 1024
-# Room for an op's metadata and signature next to its content, and for the sync
-# envelope and seal around a page.
-ENVELOPE_SLACK = 4 * KiB
-MAX_NAME_CHARS = 64
-MDNS_CHOICES = ("all", "default")
-MAX_HISTORY_DAYS = 36_500
 DAY_MS = 86_400_000
 
 
@@ -100,7 +104,7 @@ class Config:
     member still on one of them is answered with the rotation, never with data."""
 
     def __post_init__(self) -> None:
-        _check(self)
+        check(self)
 
     @property
     def fleet_id(self) -> str:
@@ -113,211 +117,6 @@ class Config:
 
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Config))
-
-
-# --- fleet key -----------------------------------------------------------------------
-
-
-def new_fleet_key() -> bytes:
-    """A fresh random fleet key."""
-    return secrets.token_bytes(FLEET_KEY_BYTES)
-
-
-def encode_fleet_key(key: bytes) -> str:
-    """The fleet key as written in files and on the command line."""
-    _check_key_bytes(key)
-    return FLEET_KEY_PREFIX + base64.urlsafe_b64encode(key).rstrip(b"=").decode("ascii")
-
-
-def decode_fleet_key(text: str) -> bytes:
-    """Parse `peerd-fleet-...`; raise ConfigError saying what is wrong with it."""
-    text = text.strip()
-    if text.startswith(("peerd1:", "peerd2:")):
-        raise ConfigError("this is an invite, not a fleet key; use it with `peerd join`")
-    if not text.startswith(FLEET_KEY_PREFIX):
-        raise ConfigError(f"a fleet key starts with {FLEET_KEY_PREFIX!r}")
-    body = text[len(FLEET_KEY_PREFIX) :]
-    if not _B64URL.fullmatch(body):
-        bad = sorted({c for c in body if not _B64URL.fullmatch(c)})
-        raise ConfigError(f"fleet key has characters outside url-safe base64: {''.join(bad)!r}")
-    if len(body) != _FLEET_KEY_CHARS:
-        raise ConfigError(
-            f"fleet key has {len(body)} characters after the prefix, "
-            f"expected {_FLEET_KEY_CHARS} (a {FLEET_KEY_BYTES}-byte key); was it cut short?"
-        )
-    key = base64.urlsafe_b64decode(body + "=")  # cannot fail after the checks above
-    if encode_fleet_key(key) != text:
-        raise ConfigError("fleet key is not canonical base64 (its last character is wrong)")
-    return key
-
-
-def fleet_id(key: bytes) -> str:
-    """A short public id of the fleet (16 hex digits); safe to advertise."""
-    _check_key_bytes(key)
-    digest = hashlib.blake2b(key=key, digest_size=8, person=b"peerd-fleet-id")
-    return digest.hexdigest()
-
-
-def _check_key_bytes(key: bytes) -> None:
-    if not isinstance(key, bytes) or len(key) != FLEET_KEY_BYTES:
-        size = len(key) if isinstance(key, bytes) else type(key).__name__
-        raise ConfigError(f"fleet_key: must be {FLEET_KEY_BYTES} bytes, got {size}")
-
-
-# --- seeds ---------------------------------------------------------------------------
-
-
-def parse_seed(seed: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
-    """Split `host:port`, `host`, `[v6]:port` or `[v6]`; raise ConfigError if malformed.
-
-    The rules are discovery's own (one parser for seeds), so a seed the config accepts is one
-    the daemon can use."""
-    try:
-        parsed = discovery_parse_seed(seed, default_port)
-    except SeedError as exc:
-        raise ConfigError(str(exc)) from None
-    return parsed.host, parsed.port
-
-
-def normalize_seed(seed: str) -> str:
-    """Canonical form of a seed address."""
-    return format_seed(*parse_seed(seed))
-
-
-def merge_seeds(*groups: Iterable[str]) -> tuple[str, ...]:
-    """Canonical seeds of all groups, first occurrence first, without duplicates."""
-    seen: dict[str, None] = {}
-    for group in groups:
-        for seed in group:
-            seen.setdefault(normalize_seed(seed), None)
-    return tuple(seen)
-
-
-# --- validation ----------------------------------------------------------------------
-
-
-def _check(cfg: Config) -> None:
-    """Check and normalize every field of a freshly built Config."""
-    _check_name(cfg.name)
-    _check_key_bytes(cfg.fleet_key)
-    for key in ("port", "local_port"):
-        _check_int(key, getattr(cfg, key), 0, 65535)
-    if cfg.port == cfg.local_port != 0:
-        raise ConfigError(f"port and local_port are both {cfg.port}; they must differ")
-    _check_seeds(cfg)
-    _check_bool("mdns", cfg.mdns)
-    _check_mdns_interfaces(cfg)
-    _check_intervals(cfg)
-    _check_int("push_fanout", cfg.push_fanout, 0, 1000)
-    _check_int("peer_connections_per_address", cfg.peer_connections_per_address, 1, PEER_CONNECTIONS)
-    _check_sizes(cfg)
-    _check_int("broadcast_history_days", cfg.broadcast_history_days, 0, MAX_HISTORY_DAYS)
-    _check_previous(cfg)
-
-
-MAX_PREVIOUS_KEYS = 8
-
-
-def _check_previous(cfg: Config) -> None:
-    keys: object = cfg.previous_fleet_keys
-    if not isinstance(keys, list | tuple):
-        raise ConfigError(f"previous_fleet_keys: expected a list of fleet keys, got {_type_name(keys)}")
-    for i, key in enumerate(keys):
-        if not isinstance(key, bytes) or len(key) != FLEET_KEY_BYTES:
-            raise ConfigError(f"previous_fleet_keys[{i}]: must be a {FLEET_KEY_BYTES}-byte key")
-    kept = tuple(k for k in dict.fromkeys(keys) if k != cfg.fleet_key)[:MAX_PREVIOUS_KEYS]
-    object.__setattr__(cfg, "previous_fleet_keys", kept)
-
-
-def _check_name(name: object) -> None:
-    if not isinstance(name, str):
-        raise ConfigError(f"name: expected a string, got {_type_name(name)}")
-    if not name.strip():
-        raise ConfigError("name: must not be empty")
-    if len(name) > MAX_NAME_CHARS:
-        raise ConfigError(f"name: at most {MAX_NAME_CHARS} characters, got {len(name)}")
-    if any(not c.isprintable() for c in name):
-        raise ConfigError("name: must not contain control characters")
-
-
-def _check_int(key: str, value: object, low: int, high: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(f"{key}: expected an integer, got {_type_name(value)}")
-    if not low <= value <= high:
-        raise ConfigError(f"{key}: must be from {low} to {high}, got {value}")
-
-
-def _check_bool(key: str, value: object) -> None:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{key}: expected true or false, got {_type_name(value)}")
-
-
-def _check_seeds(cfg: Config) -> None:
-    seeds: object = cfg.seeds
-    if isinstance(seeds, str) or not isinstance(seeds, list | tuple):
-        raise ConfigError(f"seeds: expected a list of strings, got {_type_name(seeds)}")
-    for i, seed in enumerate(seeds):
-        if not isinstance(seed, str):
-            raise ConfigError(f"seeds[{i}]: expected a string, got {_type_name(seed)}")
-    try:
-        merged = merge_seeds(seeds)
-    except ConfigError as exc:
-        raise ConfigError(f"seeds: {exc}") from None
-    object.__setattr__(cfg, "seeds", merged)
-
-
-def _check_mdns_interfaces(cfg: Config) -> None:
-    value: object = cfg.mdns_interfaces
-    if isinstance(value, str):
-        if value not in MDNS_CHOICES:
-            raise ConfigError(f"mdns_interfaces: expected 'all', 'default' or a list of addresses, got {value!r}")
-        return
-    if not isinstance(value, list | tuple) or not value:
-        raise ConfigError(
-            f"mdns_interfaces: expected 'all', 'default' or a non-empty list of addresses, got {_type_name(value)}"
-        )
-    for i, item in enumerate(value):
-        if not isinstance(item, str) or not item.strip() or not item.isprintable():
-            raise ConfigError(f"mdns_interfaces[{i}]: expected a non-empty string")
-    object.__setattr__(cfg, "mdns_interfaces", tuple(value))
-
-
-def _check_intervals(cfg: Config) -> None:
-    for key in ("gossip_interval", "gossip_max_interval"):
-        value = getattr(cfg, key)
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            raise ConfigError(f"{key}: expected a number of seconds, got {_type_name(value)}")
-        if not math.isfinite(value) or value <= 0:
-            raise ConfigError(f"{key}: must be a positive number of seconds, got {value}")
-        object.__setattr__(cfg, key, float(value))
-    if cfg.gossip_max_interval < cfg.gossip_interval:
-        raise ConfigError(
-            f"gossip_max_interval ({cfg.gossip_max_interval}) must be at least gossip_interval ({cfg.gossip_interval})"
-        )
-
-
-def _check_sizes(cfg: Config) -> None:
-    _check_int("max_content_bytes", cfg.max_content_bytes, 1, 64 * MiB)
-    _check_int("page_bytes", cfg.page_bytes, 1, 256 * MiB)
-    _check_int("max_body_bytes", cfg.max_body_bytes, 1, 1024 * MiB)
-    if cfg.page_bytes < cfg.max_content_bytes + ENVELOPE_SLACK:
-        raise ConfigError(
-            f"page_bytes ({cfg.page_bytes}) must be at least max_content_bytes + "
-            f"{ENVELOPE_SLACK} ({cfg.max_content_bytes + ENVELOPE_SLACK}) so one "
-            f"largest message fits a page"
-        )
-    largest = max(cfg.page_bytes, MAX_OP_BYTES)  # a page always holds one op, however large
-    if cfg.max_body_bytes < largest + ENVELOPE_SLACK:
-        raise ConfigError(
-            f"max_body_bytes ({cfg.max_body_bytes}) must be at least page_bytes (or the largest op, "
-            f"{MAX_OP_BYTES}) + {ENVELOPE_SLACK} ({largest + ENVELOPE_SLACK}) so a page fits a body"
-        )
-
-
-def _type_name(value: object) -> str:
-    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
-    names |= {list: "a list", tuple: "a list", dict: "a table"}
-    return names.get(type(value), type(value).__name__)
 
 
 # --- file I/O ------------------------------------------------------------------------
@@ -356,7 +155,7 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     values = dict(data)
     encoded = values["fleet_key"]
     if not isinstance(encoded, str):
-        raise ConfigError(f"fleet_key: expected a string, got {_type_name(encoded)}")
+        raise ConfigError(f"fleet_key: expected a string, got {type_name(encoded)}")
     try:
         values["fleet_key"] = decode_fleet_key(encoded)
     except ConfigError as exc:
@@ -369,7 +168,7 @@ def config_from_dict(data: dict[str, Any]) -> Config:
 
 def _decode_key_list(raw: object) -> tuple[bytes, ...]:
     if not isinstance(raw, list) or not all(isinstance(k, str) for k in raw):
-        raise ConfigError(f"previous_fleet_keys: expected a list of fleet keys, got {_type_name(raw)}")
+        raise ConfigError(f"previous_fleet_keys: expected a list of fleet keys, got {type_name(raw)}")
     out = []
     for i, text in enumerate(raw):
         try:

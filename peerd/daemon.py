@@ -29,13 +29,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mcp_server.wiring import Wiring
 from peerd import home as homes
 from peerd.config import Config, load_config, save_config
 from peerd.errors import DaemonError
 from peerd.keyring import KeyRing
 from peerd.lazymount import McpBuilder
 from peerd.limits import raise_open_file_limit
-from peerd.local import LocalServer, build_app, mcp_builder
+from peerd.local import LocalServer, build_app
 from peerd.localapi import build_routes
 from peerd.memory import limit_arenas
 from peerd.node import Node
@@ -43,7 +44,6 @@ from peerd.pairapi import pairing_routes
 from peerd.ratelog import RateFilter
 from peerd.transport import HttpTransport
 from replica import Replica, open_home
-from replica.feed import ChangeFeed
 
 log = logging.getLogger("peerd")
 
@@ -54,7 +54,7 @@ EXIT_POLL = 0.05  # s between looks at a pid, only where the OS cannot tell us o
 def _mcp_app(node: Node) -> McpBuilder:
     """What builds the MCP app at /mcp, on the first request to it (never at start); the fleet id
     is read on each use, since a key rotation changes it."""
-    return mcp_builder(node.rep, node.waiter, fleet_id=lambda: node.keys.fleet_id)
+    return node.wiring.mcp_http(fleet_id=lambda: node.keys.fleet_id)
 
 
 class Daemon:
@@ -64,7 +64,7 @@ class Daemon:
         self.bind = bind
         self.advertise = advertise
         self.rep: Replica | None = None
-        self.feed: ChangeFeed | None = None
+        self.wiring: Wiring | None = None
         self.node: Node | None = None
         self.local: LocalServer | None = None
         self.info: dict[str, Any] = {}
@@ -90,8 +90,8 @@ class Daemon:
         nofile = raise_open_file_limit()  # before any listener sizes its connection caps from it
         self.rep = await asyncio.to_thread(
             lambda: open_home(self.home, broadcast_history_ms=self.cfg.broadcast_history_ms))
-        self.feed = await asyncio.to_thread(ChangeFeed.watching, self.rep)
-        self.node = Node(self.cfg, self.rep, bind=self.bind, feed=self.feed, home=self.home)
+        self.wiring = await asyncio.to_thread(Wiring.watching, self.rep)
+        self.node = Node(self.cfg, self.rep, bind=self.bind, wiring=self.wiring, home=self.home)
         self.node.on_keys = self._keys_changed
         await self.node.start()
         caps = self.node.transport.limits if isinstance(self.node.transport, HttpTransport) else None
@@ -146,14 +146,14 @@ class Daemon:
 
     async def stop(self) -> None:
         homes.remove_daemon_json(self.home, only_pid=os.getpid())
-        if self.node is not None:
-            self.node.waiter.close()  # waiting requests and change streams end now
+        if self.wiring is not None:
+            self.wiring.waiter.close()  # waiting requests and change streams end now
         if self.local is not None:
             await self.local.stop()
         if self.node is not None:
             await self.node.stop()
-        if self.feed is not None:
-            await asyncio.to_thread(self.feed.close)
+        if self.wiring is not None:
+            await self.wiring.aclose()
         if self.rep is not None:
             self.rep.close()
         if self._lock_fd is not None:
@@ -201,8 +201,8 @@ async def run(home: Path, cfg: Config, *, bind: str = "0.0.0.0", advertise: str 
         if on_ready is not None:
             on_ready(info)
     except BaseException:
-        if daemon.feed is not None:
-            daemon.feed.close()
+        if daemon.wiring is not None:
+            daemon.wiring.close()
         if daemon.rep is not None:
             daemon.rep.close()
         if daemon._lock_fd is not None:

@@ -8,7 +8,11 @@ the copy took numbers the fleet already holds, and peers keep the op they saw fi
 own history. The node is told once (an error in the log, ``own_history_ahead`` in its status,
 a failure in ``peerd doctor``) and goes on as before; the fix is a new node made from this home.
 
-Pure: values in, a value out; the node logs and keeps it.
+Invariants:
+* Only our own origin counts, compared with what this replica held as the round began: a peer
+  ahead on any other origin is ordinary news, never a fork.
+* Telling is all it does: nothing is refused, rewritten or stopped; the fix is the operator's.
+* Pure: values in, a value out; the node logs and keeps it.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from mcp_server.waiter import FeedWaiter
 from replica import PeerdError, Replica
+from replica.feed import FeedWaiter
 
 log = logging.getLogger("peerd.indexer")
 

@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import ClassVar
@@ -37,11 +37,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from mcp_server.localguard import LocalOnly, send_error
-from mcp_server.waiter import Waiter
 from peerd.errors import DaemonError
 from peerd.lazymount import LazyMount, McpBuilder
 from peerd.limits import LOCAL_CONNECTIONS, connection_cap, open_file_limit
-from replica import Replica
 from replica.ops import MAX_JSON_REQUEST_BYTES
 
 log = logging.getLogger("peerd.local")
@@ -175,17 +173,6 @@ class LocalApp:
                         log.exception("stopping MCP failed")
                 await send({"type": "lifespan.shutdown.complete"})
                 return
-
-
-def mcp_builder(replica: Replica, waiter: Waiter, *, fleet_id: Callable[[], str | None] | None = None) -> McpBuilder:
-    """What builds MCP over ``replica``; it imports the MCP SDK when called (in a worker thread)."""
-
-    def build() -> ASGIApp:
-        from mcp_server.http import http_app  # noqa: PLC0415 - the MCP SDK: loaded on the first /mcp request
-
-        return http_app(replica, waiter=waiter, fleet_id=fleet_id)
-
-    return build
 
 
 def build_app(routes: list[BaseRoute], mcp: McpBuilder | None = None, limits: Limits | None = None) -> ASGIApp:

@@ -29,12 +29,12 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from mcp_server.waiter import FeedWaiter
 from peerd.apiargs import opt_bool, opt_int, opt_str, parse_int, parse_text, read_json, req_str, route, str_list
 from peerd.dashboard import page_routes, views
 from peerd.node import Node
 from replica import InvalidArgument, Replica
 from replica.api import DEFAULT_LIMIT
+from replica.feed import FeedWaiter
 
 WAIT_CAP = 300.0
 MESSAGES_WAIT_CAP = 60.0
@@ -61,6 +61,7 @@ async def status(node: Node, info: dict[str, Any]) -> dict[str, Any]:
         "live_peers": sum(1 for p in peers if p["reachable"]),
         "lag": sum(p["lag"] or 0 for p in peers if p["reachable"]),
         "counters": dict(node.counters),
+        "waiting": node.waiter.waiting,
         "catchup": node.catchup_report(),
         "snapshot": node.snapshots.status(),
         "own_history_ahead": None if node.own_ahead is None else node.own_ahead.to_dict(),

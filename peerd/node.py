@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from discovery import DiscoverySource, SeedError, SeedSource, parse_seed
+from mcp_server.wiring import Wiring
 from peerd.clock import Clock
 from peerd.config import DEFAULT_PORT, Config
 from peerd.following import Following
@@ -48,7 +49,6 @@ from peerd.talking import Talking
 from peerd.transport import HttpTransport, Transport
 from replica import Replica
 from replica.errors import PeerdError
-from replica.feed import ChangeFeed
 
 log = logging.getLogger("peerd.node")
 
@@ -66,14 +66,14 @@ def http_transport(cfg: Config) -> HttpTransport:
 
 class Node(Serving, Talking, Following):
     def __init__(self, cfg: Config, rep: Replica, *, bind: str = "0.0.0.0", transport: Transport | None = None,
-                 feed: ChangeFeed | None = None, home: Path | None = None, clock: Clock | None = None,
+                 wiring: Wiring | None = None, home: Path | None = None, clock: Clock | None = None,
                  rng: random.Random | None = None, offload: Offload | None = None) -> None:
-        """``feed`` is the process's change feed over ``rep`` (the daemon's watches other
-        processes' writes); without one the node follows only writes through ``rep``.
+        """``wiring`` is the process's change feed over ``rep`` and its waiter (the daemon's feed
+        watches other processes' writes); without one the node follows only writes through ``rep``.
         ``home`` holds the invite records this node redeems (None: it redeems none). ``clock``,
         ``rng`` and ``offload`` (how replica work leaves the loop) default to the real ones."""
-        super().__init__(cfg, rep, transport or http_transport(cfg), bind=bind, feed=feed, home=home, clock=clock,
-                         rng=rng, offload=offload)
+        super().__init__(cfg, rep, transport or http_transport(cfg), bind=bind, wiring=wiring, home=home,
+                         clock=clock, rng=rng, offload=offload)
         self.snapshots = Snapshotting(self)  # taking, serving and checking snapshots (peerd.snapshotting)
         self._unsubscribe = self.feed.subscribe(self._on_replica_change)
 

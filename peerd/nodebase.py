@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from discovery import PeerCandidate
-from mcp_server.waiter import FeedWaiter
+from mcp_server.wiring import Wiring
 from peerd import lan, protocol
 from peerd.clock import Cancellable, Clock, SystemClock
 from peerd.config import Config
@@ -35,7 +35,6 @@ from peerd.peers import Peer, PeerTable
 from peerd.ratelog import RateLog
 from peerd.transport import Transport
 from replica import Replica
-from replica.feed import ChangeFeed
 
 if TYPE_CHECKING:
     from discovery import SeedSource
@@ -51,7 +50,7 @@ Offload = Callable[..., Awaitable[Any]]  # runs a blocking call off the loop: as
 class NodeBase:
     snapshots: Snapshotting  # made by ``Node`` (it needs the whole node)
 
-    def __init__(self, cfg: Config, rep: Replica, transport: Transport, *, bind: str, feed: ChangeFeed | None,
+    def __init__(self, cfg: Config, rep: Replica, transport: Transport, *, bind: str, wiring: Wiring | None,
                  home: Path | None, clock: Clock | None, rng: random.Random | None,
                  offload: Offload | None) -> None:
         self.cfg = cfg
@@ -69,9 +68,10 @@ class NodeBase:
                              first_release_takes=protocol.first_release_takes)
         self.pairing = PairingHost(self, home)
         self.others = lan.OtherFleets()
-        self._own_feed = feed is None
-        self.feed = feed if feed is not None else ChangeFeed(rep)
-        self.waiter = FeedWaiter(self.feed)  # every wait of this process's event loop
+        self._own_feed = wiring is None
+        self.wiring = wiring if wiring is not None else Wiring.over(rep)
+        self.feed = self.wiring.feed
+        self.waiter = self.wiring.waiter  # every wait of this process's event loop
         self.peer_port = 0
         self.started = self.clock.wall()
         self.catchup: protocol.Progress | None = None

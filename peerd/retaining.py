@@ -22,9 +22,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from mcp_server.waiter import FeedWaiter
 from replica import PeerdError, Replica
 from replica import retention as ret
+from replica.feed import FeedWaiter
 
 Offload = Callable[..., Awaitable[Any]]  # how replica work leaves the loop: asyncio.to_thread in the daemon
 

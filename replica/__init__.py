@@ -1,11 +1,14 @@
 """The replica: CRDT core, SQLite store and Python API of peerd.
 
-This package imports nothing else of peerd and never uses asyncio, so the merge
-and sync rules can be tested as pure functions.
-
-The names below load on first use: importing a light submodule (``replica.mailbox``,
-``replica.ids``) does not load the signing, codec and store modules, which a
-prompt hook that only reads must not pay for.
+Invariants:
+* This package imports nothing else of peerd and never uses asyncio (tests/test_layers.py),
+  so the merge and sync rules can be tested as pure functions.
+* The names below load on first use: importing a light submodule (``replica.mailbox``,
+  ``replica.ids``) does not load the signing, codec and store modules, which a prompt hook
+  that only reads must not pay for.
+* A replica file and its node key go together (``key_path``): a key is made only for a file
+  that is a replica, and a key whose database is gone is retired, never reused, so a node
+  never signs a seq twice.
 """
 
 from __future__ import annotations

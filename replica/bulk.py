@@ -1,12 +1,12 @@
 """Storing many ops in one transaction, fast: the store path of snapshot pages.
 
-``store_batch`` leaves a replica exactly as ``store.store_op`` called op by op
+``store_batch`` leaves a replica exactly as ``project.store_op`` called op by op
 (in the order given) would: the same rows, lseqs in the same order, the same
 projections. It only does the work in fewer statements: rows are inserted with
 ``executemany`` at lseqs it allocates itself (the next ones, inside the caller's
 write transaction), names are keyed once per batch, and the projections of
 messages (routes, thread numbers, first-seen times, retractions that came first)
-are made per batch; every other kind goes through ``store.materialize`` op by op.
+are made per batch; every other kind goes through ``project.materialize`` op by op.
 
 Invariants:
 * The caller holds the write transaction and passes only ops it has checked
@@ -16,7 +16,7 @@ Invariants:
 * A role's first-seen time is the minimum of its sightings, so sightings are folded
   per batch before they are recorded (the rule is a min: order does not matter).
 * A message whose retraction came first is settled after all rows are in, as
-  ``store.materialize`` settles it when it lands.
+  ``project.materialize`` settles it when it lands.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from replica import firstseen, routing, store
+from replica import firstseen, project, registers, routing
 from replica.hlc import wall_of
 from replica.ids import receipt_id
 from replica.lww import join_key
@@ -51,7 +51,7 @@ Write = tuple[list[Any], int, bytes]  # a register write, the stamp and origin o
 
 
 class _Keys:
-    """Name keys of one batch, each computed once (``store.message_columns``, memoised), and message
+    """Name keys of one batch, each computed once (``project.message_columns``, memoised), and message
     ids (``ops.message_id``: an origin's prefix, then the seq)."""
 
     def __init__(self) -> None:
@@ -145,7 +145,7 @@ def _project(cur: sqlite3.Cursor, batch: Sequence[tuple[int, Op]], lseqs: Sequen
             role, at = keys.name(op.body["f"]), wall_of(op.hlc)
             seen[role] = min(at, seen.get(role, at))
         by_origin.setdefault(op.origin, []).append(keys.message_id(op.origin, op.seq))
-    cur.executemany(store._NUMBER_IN_THREAD, numbered)  # the one rule for thread numbers
+    cur.executemany(project._NUMBER_IN_THREAD, numbered)  # the one rule for thread numbers
     cur.executemany(_ROUTE, routes)
     for role, at in seen.items():
         firstseen.record(cur, role, at)
@@ -155,17 +155,17 @@ def _project(cur: sqlite3.Cursor, batch: Sequence[tuple[int, Op]], lseqs: Sequen
         if op.kind == KIND_SET:
             _writes(cur, op, keys, receipts)
         elif op.kind in KNOWN_KINDS:
-            store.materialize(cur, lseq, op)
+            project.materialize(cur, lseq, op)
     _receipts(cur, receipts, keys)
 
 
 def _writes(cur: sqlite3.Cursor, op: Op, keys: _Keys, receipts: list[Write]) -> None:
-    """A set op's projections (``store.materialize``), its receipt writes kept for ``_receipts``."""
+    """A set op's projections (``project.materialize``), its receipt writes kept for ``_receipts``."""
     for write in known_writes(op):
         if write[0] == "rcpt" and write[2] in _RECEIPT_COLUMNS:
             receipts.append((write, op.hlc, op.origin))
         elif write[0] != firstseen.TABLE:  # a min-register, not last-writer-wins
-            store.put_register(cur, write, op.hlc, op.origin)
+            registers.put_register(cur, write, op.hlc, op.origin)
     for role, at in firstseen.sightings(op):
         firstseen.record(cur, role, at)
 
@@ -173,7 +173,7 @@ def _writes(cur: sqlite3.Cursor, op: Op, keys: _Keys, receipts: list[Write]) -> 
 def _receipts(cur: sqlite3.Cursor, writes: Sequence[Write], keys: _Keys) -> None:
     """Receipt writes, most of a fleet's register writes, in a few statements: the winner of each
     register among them (last writer wins: the order does not matter), then one upsert per winner
-    and its projection where it won (``store.put_register`` for each, in effect)."""
+    and its projection where it won (``registers.put_register`` for each, in effect)."""
     best: dict[tuple[str, str], tuple[int, bytes, list[str], Any]] = {}
     for (_table, raw_key, field, value), hlc, origin in writes:
         key = [raw_key[0], keys.name(raw_key[1]), keys.name(raw_key[2]) if raw_key[2] else ""]
@@ -181,7 +181,7 @@ def _receipts(cur: sqlite3.Cursor, writes: Sequence[Write], keys: _Keys) -> None
         held = best.get(slot)
         if held is None or (hlc, origin) > (held[0], held[1]):
             best[slot] = (hlc, origin, key, value)
-    cur.executemany(store._LWW_UPSERT, [("rcpt", k, f, v, hlc, origin)
+    cur.executemany(registers.LWW_UPSERT, [("rcpt", k, f, v, hlc, origin)
                                          for (k, f), (hlc, origin, _key, v) in best.items()])
     for field, col in _RECEIPT_COLUMNS.items():
         cur.executemany(_RECEIPT.format(col=col), [
@@ -199,5 +199,5 @@ def _settle_retracted(cur: sqlite3.Cursor, ids: Mapping[bytes, Sequence[str]]) -
         found = {str(r[0]) for r in cur.execute(
             "SELECT DISTINCT msg_id FROM retractions WHERE msg_id >= ? AND msg_id < ?", (prefix + "-", prefix + "."))}
         for mid in found.intersection(mids):
-            store.settle_retraction(cur, mid)
+            project.settle_retraction(cur, mid)
 

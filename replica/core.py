@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Self
 
-from replica import firstseen, routing, store
+from replica import firstseen, project, routing, store
 from replica import hlc as hlcmod
 from replica import identity as idmod
 from replica import ops as opsmod
@@ -140,7 +140,7 @@ class ReplicaCore:
             if len(raw) > opsmod.MAX_OP_BYTES:  # peers would refuse it, and sync would stall on it
                 raise InvalidArgument(f"the change is {len(raw)} bytes as an op; the limit is {opsmod.MAX_OP_BYTES}")
             op = opsmod.local_op(Op(self.node_key, seq, stamp, kind, body, raw))
-            lseq = store.store_op(cur, self._self_oid, op, max(now, int(arrived or 0)))
+            lseq = project.store_op(cur, self._self_oid, op, max(now, int(arrived or 0)))
             assert lseq is not None
         self._notify()
         return lseq, op

@@ -1,8 +1,11 @@
 """One error hierarchy for the replica.
 
-A bad call from a local caller is a ``LocalError``; bad data from a peer is a
-``RemoteError``; a storage failure is a ``StoreError``. sqlite3 exceptions are
-translated at the boundary and never escape the public API.
+Invariants:
+* Every error peerd raises on purpose is a ``PeerdError``; anything else is a bug.
+* A bad call from a local caller is a ``LocalError`` and changed nothing; bad data from a
+  peer is a ``RemoteError`` and none of it was stored; a storage failure is a ``StoreError``.
+* sqlite3 exceptions are translated at the boundary and never escape the public API; bytes
+  that are not msgpack are ``Undecodable``, which each caller turns into its own error.
 """
 
 from __future__ import annotations

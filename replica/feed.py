@@ -19,7 +19,17 @@ Invariants:
   SQLite's ``data_version`` every ``POLL_INTERVAL`` on its own connection.
   After a file event it lets the writer's burst finish (``GATHER_S``) before it
   looks, so one commit costs one wake-up and one look, not one per WAL frame.
-* No asyncio here: the asyncio side (awaitable waits) lives with the hosts.
+* ``FeedWaiter`` turns the feed into awaitable waits. A waiting call costs one
+  future; a change costs one callback on the loop, however many calls wait;
+  ``wait_beyond(mark)`` returns once the mark exceeds ``mark``, so a caller
+  that takes the mark *before* it looks for data never misses a change that
+  lands between the look and the wait; once closed, every wait returns at once.
+* No asyncio here (``replica`` stays loop-free, tests/test_layers.py): the
+  waiter is loop-neutral. It takes its event loop from its host, through a
+  callable that returns the running loop (``Loop``: the two loop methods it
+  uses), because the daemon, the CLI and the MCP server all wait on the same
+  feed and each builds its waiter with asyncio's loop
+  (``mcp_server.wiring``, the one place that does).
 """
 
 from __future__ import annotations
@@ -34,9 +44,9 @@ import sqlite3
 import struct
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from replica.api import Replica
 from replica.errors import StoreError
@@ -127,6 +137,92 @@ class ChangeFeed:
         if self._source is not None:
             self._source.stop()
             self._source = None
+
+
+# -- waiting for the mark to move ----------------------------------------------------------------
+
+
+class Waiter(Protocol):
+    """What a waiting call needs from its host to block until the replica changes."""
+
+    async def wait_beyond(self, lseq: int) -> None:
+        """Return once the replica's ``max_lseq()`` exceeds ``lseq`` (cancel to give up)."""
+        ...
+
+
+class Pending(Protocol):
+    """A future a ``Loop`` makes: awaited by one waiting call, resolved on the loop's thread."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: None, /) -> None: ...
+
+    def __await__(self) -> Generator[Any, None, Any]: ...
+
+
+class Loop(Protocol):
+    """What a ``FeedWaiter`` needs of an event loop (an asyncio loop has both)."""
+
+    def create_future(self) -> Pending: ...
+
+    def call_soon_threadsafe(self, callback: Callable[[], object], /) -> object: ...
+
+
+class FeedWaiter:
+    """A ``Waiter`` over a ``ChangeFeed``, on the loop ``running_loop()`` returns at each wait."""
+
+    def __init__(self, feed: ChangeFeed, running_loop: Callable[[], Loop]) -> None:
+        self._feed = feed
+        self._running_loop = running_loop
+        self._waiters: dict[Pending, int] = {}
+        self._loop: Loop | None = None
+        self._pending = False
+        self.closed = False
+        self._unsubscribe = feed.subscribe(self._on_change)
+
+    @property
+    def mark(self) -> int:
+        """The newest mark the feed knows (take it before looking for data)."""
+        return self._feed.mark
+
+    @property
+    def waiting(self) -> int:
+        """How many calls wait right now (what a test waits on before it writes)."""
+        return len(self._waiters)
+
+    async def wait_beyond(self, lseq: int) -> None:
+        if self.closed or self._feed.mark > lseq:
+            return
+        loop = self._loop = self._running_loop()
+        fut = loop.create_future()
+        self._waiters[fut] = lseq
+        try:
+            if self._feed.mark <= lseq:  # look again: a change may have landed while we registered
+                await fut
+        finally:
+            self._waiters.pop(fut, None)
+
+    def close(self) -> None:
+        """Stop following the feed and release every waiter (on the loop's thread)."""
+        self.closed = True
+        self._unsubscribe()
+        self._release()
+
+    def _on_change(self) -> None:
+        """Called by the feed from whichever thread learned of the change."""
+        loop = self._loop
+        if loop is None or self._pending:
+            return  # nobody has waited yet (the mark is looked at again on entry), or a release is due
+        self._pending = True
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+            loop.call_soon_threadsafe(self._release)
+
+    def _release(self) -> None:
+        self._pending = False
+        mark = self._feed.mark
+        for fut, lseq in list(self._waiters.items()):
+            if (self.closed or mark > lseq) and not fut.done():
+                fut.set_result(None)
 
 
 # -- noticing other connections' commits --------------------------------------------------------

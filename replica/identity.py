@@ -2,7 +2,16 @@
 
 The node id is the 32-byte public key itself (shown as hex), so any replica can
 verify an op's signature from its origin field alone, with no key registry.
-The private seed lives in the home as ``node.key`` (mode 0600) and never leaves it.
+
+Invariants:
+* ``load_or_create`` never replaces a key that exists: two processes creating it at
+  once end up with the one key the first wrote (the second's is linked nowhere).
+* The private seed is written whole or not at all (a temporary file, then a hard
+  link), with mode 0600, to the home's ``node.key``; it never leaves this module
+  except as a signature.
+* A key file that is not 32 bytes of hex is a ``StoreError`` naming the file, never
+  silently a new identity.
+* ``verify`` never raises: a malformed key or signature is simply not valid.
 """
 
 from __future__ import annotations

@@ -3,9 +3,15 @@
 Every mutable field (receipt delivered/read, profile name/static/dynamic,
 agent name/alive, thread membership) is one register keyed by
 (table, key, field). A write carries the stamp of its op: (hlc, origin).
-The higher stamp wins; stamps never tie, because one origin never reuses an
-HLC and origins differ. ``merge`` is therefore commutative, associative and
-idempotent.
+
+Invariants:
+* The higher stamp wins (``wins``); stamps never tie, because one origin never
+  reuses an HLC and origins differ. ``merge`` is therefore commutative,
+  associative and idempotent: any writes, in any order, any number of times,
+  give the same registers.
+* This is the one LWW rule: the store applies ``wins`` in SQL, and the property
+  tests check the store against this model.
+* Pure: no I/O, no clock.
 """
 
 from __future__ import annotations

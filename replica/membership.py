@@ -16,7 +16,17 @@ The rules (``standing``) are a function of the set of rekey ops, not of their ar
 * The *winner* is the non-void rekey with the highest (epoch, hlc, origin); its key is the fleet
   key now, for every member holding an entry in it.
 
-Nothing here touches SQLite; ``replica.fleet`` stores the ops and keeps the projections.
+Invariants:
+* ``standing`` depends on the set of rekey ops only: any arrival order, with any repeats, gives
+  the same removals, void rekeys and winner, so every replica that holds the same ops agrees.
+* A removed node's ops above its cutoff are never applied by another replica (``barred``), and a
+  rekey it signed after its cutoff counts for nothing; its own replica keeps what it wrote.
+* A body is checked in full before it counts: exactly its keys, node keys of 32 bytes, sealed keys
+  of their one size, at most ``MAX_MEMBERS`` entries and ``MAX_REMOVED_PER_OP`` removals, and no
+  removed node among the key holders; anything else is ``InvalidOp``.
+* Sealing and opening never raise: a key that does not seal, or a sealed key that does not open
+  (not ours, damaged, not 32 bytes), is None.
+* Nothing here touches SQLite; ``replica.fleet`` stores the ops and keeps the projections.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from replica import firstseen, routing, store
+from replica import firstseen, project, routing, store
 from replica import hlc as hlcmod
 from replica import ops as opsmod
 from replica.checks import (
@@ -271,7 +271,7 @@ class Messaging(ReplicaCore):
         """Per recipient: receipt id, delivered at, read at (None while pending)."""
         mid = required_name(message_id, "messageId")
         with self._store.read() as cur:
-            msg = store.find_message(cur, mid, "m.sender, m.sender_inst, m.channel, m.to_inst, m.thread, m.hlc")
+            msg = project.find_message(cur, mid, "m.sender, m.sender_inst, m.channel, m.to_inst, m.thread, m.hlc")
             if msg is None:
                 raise NotFound(f"unknown message id {mid}")
             rows = cur.execute(
@@ -287,7 +287,7 @@ class Messaging(ReplicaCore):
         """One message as stored (content None once retracted); ``NotFound`` if not held here."""
         mid = required_name(message_id, "messageId")
         with self._store.read() as cur:
-            row = store.find_message(cur, mid, _RECORD)
+            row = project.find_message(cur, mid, _RECORD)
         if row is None:
             raise NotFound(f"unknown message id {mid}")
         return _record(row)

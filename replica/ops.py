@@ -407,7 +407,7 @@ def known_writes(op: Op) -> list[list[Any]]:
 
 def level_of(op: Op) -> int | None:
     """What an op is stored with: None when this release understands it, else ``OP_LEVEL`` (the op
-    waits for a release that knows more; ``replica.store.upgrade_held``)."""
+    waits for a release that knows more; ``replica.migrate.upgrade_held``)."""
     return None if op.understood else OP_LEVEL
 
 

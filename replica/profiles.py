@@ -38,8 +38,8 @@ from replica.lww import join_key
 from replica.models import Agent, Profile
 from replica.names import name_key
 from replica.ops import MAX_CONTENT_BYTES, PROFILE_GROUPS, TEXT_KEYS, profile_field, split_profile_field
+from replica.registers import register_key
 from replica.stamps import MAX_SAFE_INT
-from replica.store import register_key
 
 _PROFILE = (
     "SELECT p.id, p.role, p.inst, p.first_hlc, p.updated, l.f, l.v FROM profiles p"

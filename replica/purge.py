@@ -4,7 +4,7 @@ The rules are ``replica.retention``'s; this module finds what they apply to and 
 
 Invariants:
 * The horizon is one last-writer-wins register (``lww`` row ``ret``/``""``/``h``), projected by
-  ``store.materialize`` with the store's one LWW upsert, so it is part of the state digest.
+  ``project.materialize`` with the store's one LWW upsert, so it is part of the state digest.
 * A step is one short write transaction that looks at no more than ``limit`` rows: messages by
   creation (``ops_by_hlc``), then the other ops, each step picking up after the last.
 * Before a step deletes anything, this node's own row in ``origins`` is raised to its newest op
@@ -30,8 +30,8 @@ import json
 import sqlite3
 from typing import Any
 
+from replica import project, routing
 from replica import retention as ret
-from replica import routing, store
 from replica.codec import pack
 from replica.errors import StoreError
 from replica.hlc import pack as stamp_of
@@ -293,12 +293,12 @@ def _forget_rows_of(cur: sqlite3.Cursor, op: Op) -> int:
 
 
 def _receipt_key(key: list[str]) -> tuple[str, str, str]:
-    """The register a receipt write's key names (``store.register_key``)."""
+    """The register a receipt write's key names (``registers.register_key``)."""
     return key[0], name_key(key[1]), routing.instance_key(key[2])
 
 
 def _held(cur: sqlite3.Cursor, mid: str) -> bool:
-    return store.find_message(cur, mid, "1") is not None
+    return project.find_message(cur, mid, "1") is not None
 
 
 def _purged(cur: sqlite3.Cursor, mid: str) -> bool:

@@ -1,5 +1,6 @@
 """Routing rules as pure functions: who sees a message.
 
+Invariants:
 * Names match by ``names.name_key`` (NFC, lower case, trimmed): ``"TAU"``
   reaches ``tau``; the channel as written is what is signed and shown.
 * ``channel`` is a role, ``broadcast``, or a comma-separated list of roles
@@ -18,6 +19,8 @@
   log and search.
 * The sender's own (role, instance) never gets its own message back.
 * Thread messages are not routed to inboxes; participants read them by ``poll``.
+* Pure: the same envelope and reader always give the same answer (no clock, no store),
+  so every replica routes a message alike.
 """
 
 from __future__ import annotations

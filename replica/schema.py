@@ -7,8 +7,16 @@ view over them). ``routes`` files messages to several roles under each role;
 a message to one role or to ``broadcast`` is found through its channel column.
 Every other table is a projection of the ops and can be rebuilt from them;
 ``first_seen`` is a min-register per role (``replica.firstseen``).
-``origins.hlc`` on this node's own row is the persisted HLC high-water mark. ``meta.schema_version``
-says which migrations have run; migrations only ever move forward.
+``origins.hlc`` on this node's own row is the persisted HLC high-water mark.
+
+Invariants:
+* ``MIGRATIONS`` only grows at its end: a file at version ``v`` (``meta.schema_version``) has
+  run exactly the first ``v`` scripts, and opening it runs the rest, in order, in the same
+  write transaction that records ``LATEST``; migrations only ever move forward.
+* A file of a version above ``LATEST`` (a newer peerd wrote it) is refused with nothing
+  changed (``replica.store``), never migrated down.
+* ``ops`` alone holds the truth: every other table can be rebuilt from it, and from ``KEYED``
+  on every row carries its name keys (older files are rebuilt on upgrade).
 """
 
 from __future__ import annotations
@@ -104,7 +112,7 @@ INSERT INTO first_seen(role, at)
 # holds every retraction op's (message, role, stamp), whether or not its message is here yet.
 # Profiles become one row per (role) or (role, instance), their fields read from ``lww``.
 # ``first_seen`` is keyed by role key. The store then recomputes the keys of existing rows and
-# rebuilds every register and the first-seen times from the ops (``store.rebuild_keys``): signed
+# rebuilds every register and the first-seen times from the ops (``migrate.rebuild_keys``): signed
 # op bodies never change.
 SCHEMA_KEYS = """
 ALTER TABLE ops ADD COLUMN skey TEXT;
@@ -150,7 +158,7 @@ CREATE TABLE fleet_removed(node BLOB PRIMARY KEY, upto INTEGER NOT NULL) WITHOUT
 # v7 (0.2.0): ops of a newer release. ``v1`` is 0 on an op a peer of the first release would refuse
 # (a kind, field or table it does not know), so that peer is never sent it; ``newer`` is set on an op
 # this release stored without understanding all of it (the op level of the release that stored it):
-# a later release applies what it has learnt to read (``store.upgrade_held``). Every op held before
+# a later release applies what it has learnt to read (``migrate.upgrade_held``). Every op held before
 # v7 came from the first release: understood, and taken by it.
 SCHEMA_NEWER_OPS = """
 ALTER TABLE ops ADD COLUMN v1 INTEGER NOT NULL DEFAULT 1;

@@ -9,7 +9,7 @@ Invariants:
 * A query's words are matched as plain words (``checks.fts_query``): no FTS
   operator reaches SQLite from a caller.
 * A retracted message is never indexed, and retracting an indexed one removes
-  its entry (``store.settle_retraction``); search never returns one.
+  its entry (``project.settle_retraction``); search never returns one.
 * Filters match names by key (``names.name_key``).
 """
 

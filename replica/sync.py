@@ -23,7 +23,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from replica import firstseen, fleetstore, membership, purge, retention, store, vector
+from replica import firstseen, fleetstore, membership, project, purge, retention, store, vector
 from replica import hlc as hlcmod
 from replica import ops as opsmod
 from replica.checks import check_count
@@ -151,7 +151,7 @@ class Sync(ReplicaCore):
             if fate == GONE:
                 touched.setdefault(oid, []).append(op.seq)
                 continue
-            lseq = store.store_op(cur, oid, op, arrived)
+            lseq = project.store_op(cur, oid, op, arrived)
             if lseq is not None:
                 new.append(lseq)
                 new_index.append(position)

@@ -5,7 +5,7 @@ Invariants:
   agents join, and only present participants append.
 * A thread message is an ordinary message with a thread id and no channel; its
   ``seq`` is its number within the thread in this replica's arrival order
-  (1, 2, 3, ..., given as it lands: ``thread_seqs``, ``store.materialize``), so ``poll(after_seq)``
+  (1, 2, 3, ..., given as it lands: ``thread_seqs``, ``project.materialize``), so ``poll(after_seq)``
   never skips a message that arrives late and the first message is seq 1.
 * Read state is the agent's receipts on the thread's messages (instance key
   ``""``), so it merges like any other receipt.

@@ -21,8 +21,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from replica import migrate
 from replica import ops as opsmod
-from replica import store
 from replica.errors import InvalidOp
 from replica.snapshot import Snapshots, put_unverified, unverified_ranges
 
@@ -118,7 +118,7 @@ def _drop(cur: Any, lseqs: list[int]) -> list[tuple[bytes, int]]:
             cur.execute(f"DELETE FROM {table} WHERE lseq = ?", (lseq,))
         cur.execute("UPDATE origins SET contig = min(contig, ?) WHERE oid = ?", (int(seq) - 1, oid))
         out.append((bytes(node), int(seq)))
-    store._rebuild_registers(cur)  # registers and first-seen times from the ops that remain
+    migrate._rebuild_registers(cur)  # registers and first-seen times from the ops that remain
     cur.execute("DELETE FROM senders")
     cur.execute(_SENDERS, (indexed,))
     return out

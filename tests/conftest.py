@@ -7,8 +7,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from replica import Replica
+
+# Hypothesis fails an example that takes longer than a wall-clock deadline (200 ms by default) and a
+# test whose data generation it finds slow; on a machine that other work loads, both fail tests that
+# are correct. What a property test checks is its law, so none runs against the clock. Loaded here,
+# before any test module is imported, so every ``@given`` and ``@settings`` inherits it.
+settings.register_profile("peerd", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("peerd")
 
 
 def pytest_configure(config: pytest.Config) -> None:

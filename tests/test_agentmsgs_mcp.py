@@ -193,6 +193,18 @@ def test_plan_refuses_contradictions(tmp_path: Path, argv: tuple[str, ...], mess
     assert err.value.code == 2
 
 
+def test_peerd_mcp_and_python_m_mcp_server_share_their_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    """The MCP server's flags are one definition (``mcp_server.arguments``): a role is stripped and
+    an empty one is a usage error in `peerd mcp` as in `python -m mcp_server`."""
+    from mcp_server.__main__ import parse_args  # noqa: PLC0415
+
+    assert _args("--role", " tau ").role == "tau"
+    for parse in (lambda: _args("--role", " "), lambda: parse_args(["--home", "h", "--role", ""])):
+        with pytest.raises(SystemExit) as ended:
+            parse()
+        assert ended.value.code == 2 and "--role: must not be empty" in capsys.readouterr().err
+
+
 def test_db_path_and_in_memory_exclude_each_other(tmp_path: Path) -> None:
     """`peerd mcp --db-path F --in-memory` exits 2 with a usage message, and creates nothing."""
     db = tmp_path / "x.db"

@@ -129,6 +129,8 @@ def test_backup_copies_a_point_in_time_while_another_process_writes(tmp_path: Pa
         try:
             assert writer.stdout is not None and writer.stdout.readline().strip() == "writing"
             copies = [backup.create(db, tmp_path / f"copy{i}", {}) for i in range(5)]
+            # the writer goes on after the last copy (it may have been starved while the copies ran)
+            wait_until(lambda: len(ops_by_lseq(db)) > copies[-1].ops, 30, "a write after the last copy")
         finally:
             writer.terminate()
     live = ops_by_lseq(db)

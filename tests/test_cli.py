@@ -3,6 +3,7 @@ homes with no daemon), text and ``--json`` output, and exit codes."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -392,13 +393,40 @@ def test_quick_commands_load_no_mcp_stack(tmp_path: Path, argv: tuple[str, ...])
     assert not among(loaded, MCP_STACK)
 
 
-def test_peerd_mcp_loads_no_other_command(tmp_path: Path) -> None:
-    """`peerd mcp` parses with its own parser: the other commands' modules (daemon client, pairing) stay unloaded."""
+COMMAND_MODULES = ("peerd.cli.arguments", "peerd.cli.commands", "peerd.cli.backends", "peerd.cli.pairing",
+                   "peerd.cli.joining", "peerd.cli.backup", "peerd.cli.mcpserve", "peerd.cli.hook")
+
+
+@pytest.mark.parametrize(("argv", "code", "own"), [
+    (("mcp", "--transport", "http", "--role", "x"), 2, ("peerd.cli.mcpserve",)),  # a usage error, told by mcp itself
+    (("send", "--from", "alpha", "--to", "beta", "hello"), 0, ("peerd.cli.arguments", "peerd.cli.commands",
+                                                             "peerd.cli.backends")),
+    (("hook", "--role", "beta"), 0, ("peerd.cli.hook",)),
+])
+def test_a_command_loads_no_other_commands_module(tmp_path: Path, argv: tuple[str, ...], code: int,
+                                                  own: tuple[str, ...]) -> None:
+    """The one parser builds the called command's flags only: `peerd mcp` (which starts with every MCP
+    session), `peerd send` and `peerd hook` load their own modules and none of the others'."""
     home = tmp_path / "home"
     ok("init", home=home)
-    out = run_traced(["mcp", "--transport", "http", "--role", "x"], home)  # a usage error: parsed, then exit 2
-    assert out.returncode == 2, out.stderr[-2000:]
-    assert "--role and --instance apply to --transport stdio" in out.stderr
+    out = run_traced([*argv], home)
+    assert out.returncode == code, out.stderr[-2000:]
+    if argv[0] == "mcp":
+        assert "--role and --instance apply to --transport stdio" in out.stderr
     loaded = imported(out.stderr)
-    assert "peerd.cli.argparsing" in loaded
-    assert not among(loaded, ("peerd.cli.parser", "peerd.cli.commands", "peerd.cli.backends", "peerd.cli.pairing"))
+    assert "peerd.cli.parser" in loaded and set(own) <= loaded
+    assert among(loaded, COMMAND_MODULES) == set(own)
+
+
+def test_every_command_of_the_table_is_built_and_runs_a_function() -> None:
+    """The command table and the parser agree: every row builds a subcommand that sets ``fn``, and a
+    call's parser holds the command it names and no other."""
+    from peerd.cli import parser as cli_parser  # noqa: PLC0415
+
+    full = cli_parser.build_parser()
+    [sub] = [a for a in full._actions if isinstance(a, argparse._SubParsersAction)]
+    assert list(sub.choices) == [c.name for c in cli_parser.COMMANDS]
+    assert all(callable(p.get_default("fn")) for p in sub.choices.values())
+    [one] = [a for a in cli_parser.parser_for(["--json", "inbox", "bob"])._actions
+             if isinstance(a, argparse._SubParsersAction)]
+    assert list(one.choices) == ["inbox"]

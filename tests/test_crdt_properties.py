@@ -8,7 +8,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replica import Replica, firstseen, hlc, lww, ops, store
+from replica import Replica, firstseen, hlc, lww, ops
+from replica import registers as regs
 from replica.lww import Write
 from replica.names import name_key
 from replica.store import Store
@@ -147,8 +148,8 @@ stored_writes = st.lists(st.tuples(registers, stamps), max_size=24, unique_by=la
 
 def _model_write(table: str, key: tuple[str, ...], field: str, value: Any, stamp: Any) -> Write:
     """A write as the pure rules file it: names by key, an older node's whole text as the ``text`` key."""
-    field, value = store.register_field(table, field, value)
-    return Write((table, lww.join_key(store.register_key(table, list(key))), field), value, stamp)
+    field, value = regs.register_field(table, field, value)
+    return Write((table, lww.join_key(regs.register_key(table, list(key))), field), value, stamp)
 
 
 def _projected(cur: Any) -> dict[tuple[str, str, str], object]:
@@ -169,7 +170,7 @@ def test_store_upsert_keeps_what_the_pure_lww_rule_keeps(ws: list[tuple[Any, Any
     st_ = Store(":memory:")
     with st_.write() as cur:
         for (table, key, field, value), (hlc_, origin) in order:
-            store.put_register(cur, [table, list(key), field, value], hlc_, origin)
+            regs.put_register(cur, [table, list(key), field, value], hlc_, origin)
     with st_.read() as cur:
         held = {(t, k, f): (v, (h, bytes(o))) for t, k, f, v, h, o in cur.execute("SELECT * FROM lww")}
         projected = _projected(cur)
@@ -281,3 +282,11 @@ def test_store_first_seen_is_the_pure_min_whatever_the_order(plan: list[tuple[in
     assert held == model
     assert set(held) == {name_key(role) for _, (kind, role, _) in plan if kind != "thread"}  # agents are not roles
     assert all(held[role] <= 10**12 + 3 * 86_400_000 for role in held)
+
+
+def test_no_property_test_runs_against_the_clock() -> None:
+    """The suite's Hypothesis profile (tests/conftest.py) has no deadline, and explicit
+    ``@settings`` inherit it, so a busy machine cannot fail a law that holds."""
+    assert settings.default.deadline is None
+    assert settings(max_examples=5).deadline is None
+    assert HealthCheck.too_slow in settings.default.suppress_health_check

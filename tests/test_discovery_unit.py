@@ -27,7 +27,8 @@ from discovery import (
     parse_seeds,
 )
 from discovery.advert import instance_label, instance_name, pick_host
-from discovery.netif import LocalAddress, one_per_device, select_addresses
+from discovery.lanview import LanView
+from discovery.netif import LocalAddress, check_interfaces, one_per_device, select_addresses
 from discovery.seeds import Seed, format_seed, loop_resolver
 from tests.waiting import eventually
 
@@ -538,3 +539,47 @@ def test_seed_source_validates_entries_at_construction() -> None:
         SeedSource(["ok.example:1", "::1:7400"])
     with pytest.raises(ValueError, match="resolve_interval"):
         SeedSource(["ok.example:1"], resolve_interval=0)
+
+
+# -- what the adverts in view mean (no sockets) ------------------------------------------------
+
+
+def _txt(node: str, fleet: str = "fleet-1", protocols: tuple[int, ...] = (2, 3)) -> dict[bytes, bytes | None]:
+    txt = encode_txt(Advert(node, fleet, min(protocols), 7733, None, protocols))
+    return {k.encode(): v.encode() for k, v in txt.items()}
+
+
+def test_lan_view_finds_fleet_peers_and_tells_other_fleets_and_versions_apart() -> None:
+    """A fleet peer is found once (again only when it changes) and gone when its last advert leaves;
+    another fleet is a sighting, a peer with no version in common is told once; neither is found."""
+    found: list[PeerCandidate] = []
+    gone: list[str] = []
+    others: list[str] = []
+    left: list[str] = []
+    versions: list[str | None] = []
+    view = LanView(Advert("me", "fleet-1", 2, 7733, None, (2, 3)), other=lambda s: others.append(s.fleet_id),
+                   other_gone=left.append, other_version=lambda c: versions.append(c.node_id))
+    view.found, view.gone = found.append, gone.append
+    local = ("10.0.0.9/24",)
+    view.saw("a1", _txt("peer"), ["192.168.1.5", "10.0.0.5"], local)
+    view.saw("a1", _txt("peer"), ["10.0.0.5", "192.168.1.5"], local)  # same advert, addresses reordered
+    view.saw("a2", _txt("peer"), ["10.0.0.6"], local)  # the same node under a second advert
+    view.saw("b", _txt("stranger", fleet="fleet-2"), ["10.0.0.7"], local)
+    view.saw("c", _txt("future", protocols=(7,)), ["10.0.0.8"], local)
+    view.saw("c", _txt("future", protocols=(7,)), ["10.0.0.8"], local)
+    view.saw("me", _txt("me"), ["10.0.0.9"], local)
+    assert [(c.node_id, c.host) for c in found] == [("peer", "10.0.0.5"), ("peer", "10.0.0.6")]
+    assert others == ["fleet-2"] and versions == ["future"]
+    view.removed("a1")
+    assert gone == []  # the node still has an advert in view
+    view.removed("a2")
+    view.removed("b")
+    assert gone == ["peer"] and left == ["stranger"] and view.names(everyone=True) == []
+
+
+def test_interface_choices_are_checked() -> None:
+    """'all', 'default' or a list of names; names are stripped; anything else is a ValueError."""
+    assert check_interfaces("all") == "all" and check_interfaces([" eth0 "]) == ("eth0",)
+    for bad in ("eth0", [], ["", "eth0"]):
+        with pytest.raises(ValueError, match="mdns interfaces"):
+            check_interfaces(bad)

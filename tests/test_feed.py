@@ -9,18 +9,17 @@ import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from mcp_server.waiter import FeedWaiter
 from peerd import home as homes
 from peerd.feedlink import daemon_key, parse_mark
 from peerd.indexer import keep_indexed
 from replica import Replica, open_home
 from replica import feed as feedmod
-from replica.feed import ANY_NAME, ChangeFeed, FileWatch, parse_events, touched
+from replica.feed import ANY_NAME, ChangeFeed, FeedWaiter, FileWatch, parse_events, touched
 from tests.daemons import patience, read_only, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -166,7 +165,7 @@ def test_file_watch_reports_other_files_of_the_folder(home: Path, replica: Repli
 async def test_one_watcher_serves_many_waiters(home: Path, replica: Replica) -> None:
     """Ten waits on one process's feed share its one watch thread, and one write elsewhere wakes them all."""
     feed = await asyncio.to_thread(ChangeFeed.watching, replica)
-    waiter = FeedWaiter(feed)
+    waiter = FeedWaiter(feed, asyncio.get_running_loop)
     try:
         mark = waiter.mark
         waits = [asyncio.create_task(waiter.wait_beyond(mark)) for _ in range(10)]
@@ -180,10 +179,58 @@ async def test_one_watcher_serves_many_waiters(home: Path, replica: Replica) -> 
         await asyncio.to_thread(feed.close)
 
 
+class CountingLoop:
+    """An asyncio loop as a waiter's ``Loop``, counting the callbacks handed to it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.callbacks = 0
+
+    def create_future(self) -> asyncio.Future[None]:
+        return self.loop.create_future()
+
+    def call_soon_threadsafe(self, callback: Callable[[], object], /) -> object:
+        self.callbacks += 1
+        return self.loop.call_soon_threadsafe(callback)
+
+
+async def test_a_change_costs_one_callback_however_many_calls_wait(replica: Replica) -> None:
+    """The waiter takes its loop from its host: ten waiting calls and a change from another
+    thread cost one callback on that loop, and every call returns."""
+    feed = ChangeFeed(replica)
+    loop = CountingLoop(asyncio.get_running_loop())
+    waiter = FeedWaiter(feed, lambda: loop)
+    try:
+        mark = waiter.mark
+        waits = [asyncio.create_task(waiter.wait_beyond(mark)) for _ in range(10)]
+        await asyncio.sleep(0)  # each task runs up to its future
+        assert waiter.waiting == 10 and loop.callbacks == 0
+        await asyncio.to_thread(replica.send_message, "a", "b", "wake")
+        await asyncio.wait_for(asyncio.gather(*waits), patience(5))
+        assert loop.callbacks == 1 and waiter.waiting == 0
+    finally:
+        waiter.close()
+        feed.close()
+
+
+async def test_a_closed_waiter_returns_at_once(replica: Replica) -> None:
+    """Closing releases a waiting call, and a wait on a closed waiter does not park at all."""
+    feed = ChangeFeed(replica)
+    waiter = FeedWaiter(feed, asyncio.get_running_loop)
+    parked = asyncio.create_task(waiter.wait_beyond(waiter.mark))
+    await asyncio.sleep(0)
+    assert waiter.waiting == 1
+    waiter.close()
+    await asyncio.wait_for(parked, patience(5))
+    await asyncio.wait_for(waiter.wait_beyond(waiter.mark), patience(1))
+    assert waiter.waiting == 0
+    feed.close()
+
+
 async def test_wait_beyond_returns_at_once_when_the_mark_is_past(replica: Replica) -> None:
     """A change that landed before the wait began is not waited for (the mark is taken before looking)."""
     feed = ChangeFeed(replica)
-    waiter = FeedWaiter(feed)
+    waiter = FeedWaiter(feed, asyncio.get_running_loop)
     mark = waiter.mark
     await asyncio.to_thread(replica.send_message, "a", "b", "early")
     await asyncio.wait_for(waiter.wait_beyond(mark), patience(1))
@@ -196,7 +243,7 @@ async def test_indexer_indexes_what_lands_and_ends_on_close(replica: Replica) ->
     """The background indexer, woken by the feed, brings the search index up to a new message with
     no search asking for it; closing the waiter ends it."""
     feed = ChangeFeed(replica)
-    waiter = FeedWaiter(feed)
+    waiter = FeedWaiter(feed, asyncio.get_running_loop)
     task = asyncio.create_task(keep_indexed(replica, waiter, delay=0))
     sent = await asyncio.to_thread(replica.send_message, "alpha", "beta", "needle in the index")
 

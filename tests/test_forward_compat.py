@@ -15,9 +15,8 @@ from hypothesis import strategies as st
 
 from peerd import protocol
 from peerd.protocol import client_round, drive
-from replica import InvalidArgument, InvalidOp, Replica
+from replica import InvalidArgument, InvalidOp, Replica, migrate, project
 from replica import ops as opsmod
-from replica import store as storemod
 from replica.sync import ALL, V1_ALL, V1_RUN
 from tests.conftest import pull
 from tests.daemons import PEERD, Fleet, wait_until
@@ -167,9 +166,9 @@ def test_the_upgrade_step_applies_what_an_older_release_held(tmp_path: Path,
     older = {k: v for k, v in opsmod._CHECKS.items() if k != opsmod.KIND_RETRACT}
     with monkeypatch.context() as m:
         m.setattr(opsmod, "_CHECKS", older)
-        m.setattr(storemod, "KNOWN_KINDS", frozenset(older))
+        m.setattr(project, "KNOWN_KINDS", frozenset(older))
         m.setattr(opsmod, "OP_LEVEL", 1)
-        m.setattr(storemod, "OP_LEVEL", 1)
+        m.setattr(migrate, "OP_LEVEL", 1)
         with Replica.open(db) as r:
             r.apply(retraction)
             assert r.stats()["newer_ops"] == 1

@@ -24,14 +24,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mcp_server import FeedWaiter, build_server
+from mcp_server import Wiring, build_server
 from mcp_server.tools import TOOLS
 from peerd import protocol
 from peerd.cli import main as cli_main
 from peerd.config import decode_fleet_key
 from peerd.seal import seal
 from replica import InvalidOp, RemoteError, Replica, identity, open_home
-from replica.feed import ChangeFeed
 from replica.ops import encode
 from tests.daemons import Daemon, Fleet
 from tests.fuzzwire import packed, wire
@@ -249,14 +248,12 @@ async def test_any_tool_call_is_a_result_or_a_clear_error(mcp_home: Replica, cal
     name, args = call
     if "wait" in args:
         args["wait"] = 0
-    feed = ChangeFeed(mcp_home)
-    waiter = FeedWaiter(feed)
+    wiring = Wiring.over(mcp_home)
     try:
-        async with Client(build_server(mcp_home, waiter=waiter)) as client:
+        async with Client(build_server(mcp_home, waiter=wiring.waiter)) as client:
             result = await client.call_tool(name, args)
     finally:
-        waiter.close()
-        feed.close()
+        wiring.close()
     if result.is_error:
         text = result.content[0].text  # type: ignore[union-attr]
         assert text.split(":", 1)[0] in ("invalid_argument", "not_found"), text

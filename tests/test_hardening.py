@@ -17,7 +17,7 @@ from mcp import Client
 
 from discovery.seeds import parse_address
 from discovery.source import SeedError
-from mcp_server import FeedWaiter, build_server
+from mcp_server import FeedWaiter, Wiring, build_server
 from peerd import protocol
 from peerd.config import Config, new_fleet_key
 from peerd.errors import TransportError
@@ -29,7 +29,6 @@ from peerd.ratelog import RateLog
 from peerd.seal import open_sealed, seal
 from peerd.transport import Answer, HttpTransport, MemoryNetwork
 from replica import InvalidOp, Replica, StoreError, hlc, identity, open_home
-from replica.feed import ChangeFeed
 from replica.ops import KIND_MSG, KIND_SET, MAX_SEQ, encode, peek
 from tests.daemons import PEERD
 from tests.waiting import eventually
@@ -441,11 +440,9 @@ async def test_gossip_goes_on_after_a_scheduling_bug(nodes: Nodes, monkeypatch: 
 @pytest.fixture
 def served_replica(tmp_path: Path) -> Iterator[tuple[Replica, FeedWaiter]]:
     rep = open_home(tmp_path / "home")
-    feed = ChangeFeed(rep)
-    waiter = FeedWaiter(feed)
-    yield rep, waiter
-    waiter.close()
-    feed.close()
+    wiring = Wiring.over(rep)
+    yield rep, wiring.waiter
+    wiring.close()
     rep.close()
 
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from peerd.cli import hook, hook_argv
+from peerd.cli import hook
+from peerd.cli.parser import command_of
 from replica import open_home
 from replica.mailbox import Mail
 from tests.daemons import PEERD
@@ -143,13 +144,15 @@ def test_mail_is_read_without_the_signing_replica(home: Path) -> None:
         assert r.max_lseq() == before
 
 
-def test_global_options_before_the_command_take_the_fast_path() -> None:
-    """`peerd --home H --json hook ...` is the hook too; other commands are not."""
-    assert hook_argv(["--home", "/h", "--json", "hook", "--role", "r"]) == ["--role", "r", "--home", "/h", "--json"]
-    assert hook_argv(["--home=/h", "hook"]) == ["--home=/h"]
-    assert hook_argv(["hook", "--role", "r"]) == ["--role", "r"]
-    assert hook_argv(["--home", "hook", "send"]) is None
-    assert hook_argv(["send", "hook"]) is None and hook_argv([]) is None
+def test_global_options_before_the_command_still_name_the_hook() -> None:
+    """`peerd --home H --json hook ...` is the hook too (its own parser, its exit codes); a global
+    option's value or a later word is never taken for the command."""
+    assert command_of(["--home", "/h", "--json", "hook", "--role", "r"]) == "hook"
+    assert command_of(["--home=/h", "hook"]) == "hook"
+    assert command_of(["hook", "--role", "r"]) == "hook"
+    assert command_of(["--home", "hook", "send"]) == "send"
+    assert command_of(["send", "hook"]) == "send"
+    assert command_of([]) is None and command_of(["-h", "hook"]) is None and command_of(["hoko"]) is None
 
 
 def test_cursors_start_where_the_last_look_ended_and_never_hide_mail(home: Path) -> None:

@@ -202,7 +202,7 @@ def test_daemon_starts_without_the_mcp_sdk_and_loads_it_on_the_first_mcp_request
 
 def test_import_chain_of_daemon_and_cli_has_no_mcp() -> None:
     """`peerd.daemon`, `peerd.cli` and the guard import no module of the MCP SDK (checked in a fresh interpreter)."""
-    code = ("import sys, peerd.daemon, peerd.cli, peerd.local, mcp_server.localguard, mcp_server.waiter;"
+    code = ("import sys, peerd.daemon, peerd.cli, peerd.local, mcp_server.localguard, mcp_server.wiring;"
             "bad = sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.'));"
             "print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120,

@@ -10,6 +10,7 @@ from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult
 
 from tests.daemons import PEERD, Daemon, Fleet, patience, wait_until
+from tests.waiting import eventually
 
 pytest_plugins = ["tests.daemons"]
 
@@ -33,8 +34,9 @@ async def test_send_on_a_wakes_waiting_check_on_b_and_read_shows_on_a(fleet: Fle
     fleet.start()
     await asyncio.to_thread(live_with, a, b)
     async with Client(f"{a.info['mcp_url']}?role=alpha") as ca, Client(f"{b.info['mcp_url']}?role=beta") as cb:
+        before = (await asyncio.to_thread(b.status))["waiting"]
         waiting = asyncio.create_task(cb.call_tool("check_messages", {"wait": 20}))
-        await asyncio.sleep(0.3)
+        await eventually(lambda: b.status()["waiting"] > before, 10, "B's check_messages to wait", in_thread=True)
         assert not waiting.done()
         sent = data(await ca.call_tool("send_message", {"channel": "beta", "content": "across the fleet"}))
         started = asyncio.get_running_loop().time()
@@ -49,11 +51,7 @@ async def test_send_on_a_wakes_waiting_check_on_b_and_read_shows_on_a(fleet: Fle
             status = data(await ca.call_tool("message_status", {"messageId": sent["messageId"]}))
             return any(r["role"] == "beta" and r["readAt"] for r in status["recipients"])
 
-        for _ in range(200):
-            if await read_on_a():
-                break
-            await asyncio.sleep(0.05)
-        assert await read_on_a(), "A never saw B's read receipt"
+        await eventually(read_on_a, 10, "A to see B's read receipt", interval=0.05)
 
 
 async def test_offline_stdio_send_is_delivered_once_a_daemon_starts(fleet: Fleet, tmp_path: Path) -> None:

@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 
-from mcp_server import TOOLS, FeedWaiter
-from peerd.local import LocalServer, build_app, mcp_builder
+from mcp_server import TOOLS, Wiring
+from peerd.local import LocalServer, build_app
 from replica import open_home
-from replica.feed import ChangeFeed
 from tests.waiting import patience
 
 REPO = Path(__file__).resolve().parent.parent
@@ -116,14 +115,12 @@ async def test_inspector_runs_vantagepeers_payloads_over_stdio_and_http(tmp_path
     await check_vantagepeers_calls(inspector_env, ["--transport", "stdio"],
                                    ["--", sys.executable, "-m", "mcp_server", "--home", str(home)])
     with open_home(tmp_path / "http-home") as replica:
-        feed = ChangeFeed(replica)
-        waiter = FeedWaiter(feed)
+        wiring = Wiring.over(replica)
         try:
-            async with LocalServer(build_app([], mcp_builder(replica, waiter))) as server:
+            async with LocalServer(build_app([], wiring.mcp_http())) as server:
                 await check_vantagepeers_calls(inspector_env, [server.mcp_url, "--transport", "http"], [])
         finally:
-            waiter.close()
-            feed.close()
+            wiring.close()
 
 
 async def test_inspector_over_stdio(tmp_path: Path, inspector_env: dict[str, str]) -> None:
@@ -139,13 +136,11 @@ async def test_inspector_over_stdio(tmp_path: Path, inspector_env: dict[str, str
 async def test_inspector_over_http(tmp_path: Path, inspector_env: dict[str, str]) -> None:
     """The same Inspector checks pass against streamable HTTP on the daemon's local server, role bound by a header."""
     with open_home(tmp_path / "home") as replica:
-        feed = ChangeFeed(replica)
-        waiter = FeedWaiter(feed)
+        wiring = Wiring.over(replica)
         try:
-            async with LocalServer(build_app([], mcp_builder(replica, waiter))) as server:
+            async with LocalServer(build_app([], wiring.mcp_http())) as server:
                 target = [server.mcp_url, "--transport", "http", "--header", "X-Peerd-Role: gamma"]
                 await check_inspector(inspector_env, target, [], "gamma")
         finally:
-            waiter.close()
-            feed.close()
+            wiring.close()
         assert [m.content for m in replica.check_messages("beta").messages] == ["7"]

@@ -12,9 +12,8 @@ import pytest
 from mcp import Client
 from mcp.types import CallToolResult, TextContent
 
-from mcp_server import FeedWaiter, SessionBinding, build_server
+from mcp_server import SessionBinding, Wiring, build_server
 from replica import Replica, open_home
-from replica.feed import ChangeFeed
 
 
 @pytest.fixture
@@ -26,14 +25,12 @@ def replica(tmp_path: Path) -> Iterator[Replica]:
 
 @asynccontextmanager
 async def connect(replica: Replica, bind: SessionBinding | None = None) -> AsyncIterator[Client]:
-    feed = ChangeFeed(replica)
-    waiter = FeedWaiter(feed)
+    wiring = Wiring.over(replica)
     try:
-        async with Client(build_server(replica, waiter=waiter, bind=bind)) as c:
+        async with Client(build_server(replica, waiter=wiring.waiter, bind=bind)) as c:
             yield c
     finally:
-        waiter.close()
-        feed.close()
+        wiring.close()
 
 
 def text(result: CallToolResult) -> str:

@@ -15,14 +15,13 @@ import pytest
 from mcp import Client
 from mcp.types import CallToolResult, TextContent
 
-from mcp_server import FeedWaiter, SessionBinding, build_server
+from mcp_server import FeedWaiter, SessionBinding, Wiring, build_server
 from mcp_server import schemas as s
 from mcp_server.server import error_code, request_binding
 from mcp_server.tools import merge_peers
 from replica import InvalidArgument, NotFound, Profile, Replica, SenderSeen, StoreError, open_home
-from replica.feed import ChangeFeed
 from replica.stamps import iso_ms, ms_of_iso
-from tests.waiting import patience
+from tests.waiting import eventually, patience
 
 TOOL_NAMES = {
     "send_message", "check_messages", "mark_as_read", "list_peers", "update_profile", "get_profile",
@@ -40,25 +39,44 @@ def replica(tmp_path: Path) -> Iterator[Replica]:
     r.close()
 
 
+class Parks:
+    """The tools' waiter as a test sees it: each mark a waiting call parked beyond, in order (a
+    call is parked once its mark is here: nothing runs between the two on the loop)."""
+
+    def __init__(self, waiter: FeedWaiter) -> None:
+        self.waiter = waiter
+        self.beyond: list[int] = []
+
+    async def wait_beyond(self, lseq: int) -> None:
+        self.beyond.append(lseq)
+        await self.waiter.wait_beyond(lseq)
+
+    async def parked(self, replica: Replica) -> None:
+        """Return once a call waits for a change past all that ``replica`` holds now (so it has
+        looked at all of it): what a test waits for before it writes what should wake the call."""
+        lseq = await asyncio.to_thread(replica.max_lseq)
+        await eventually(lambda: self.waiter.waiting and self.beyond and self.beyond[-1] >= lseq, 10,
+                         f"a call to wait beyond {lseq}")
+
+
 @dataclass(frozen=True)
 class Node:
     replica: Replica
     watcher: FeedWaiter
+    parks: Parks
 
 
 @pytest.fixture
 def node(replica: Replica) -> Iterator[Node]:
-    feed = ChangeFeed(replica)
-    w = FeedWaiter(feed)
-    yield Node(replica, w)
-    w.close()
-    feed.close()
+    wiring = Wiring.over(replica)
+    yield Node(replica, wiring.waiter, Parks(wiring.waiter))
+    wiring.close()
 
 
 @asynccontextmanager
 async def connect(node: Node, bind: SessionBinding | None = None) -> AsyncIterator[Client]:
     """A client on a fresh server (entered and left in the test's own task, as anyio requires)."""
-    server = build_server(node.replica, waiter=node.watcher, bind=bind, fleet_id=lambda: "fleet-1")
+    server = build_server(node.replica, waiter=node.parks, bind=bind, fleet_id=lambda: "fleet-1")
     async with Client(server) as c:
         yield c
 
@@ -364,10 +382,9 @@ async def test_check_messages_wait_wakes_on_arrival(node: Node) -> None:
     """A waiting check_messages returns soon after a message for the caller lands."""
     async with connect(node) as client:
         call = asyncio.create_task(client.call_tool("check_messages", {"recipient": "beta", "wait": 30}))
-        await asyncio.sleep(0.3)
-        assert not call.done()
+        await node.parks.parked(node.replica)
         await asyncio.to_thread(node.replica.send_message, "alpha", "gamma", "not for beta")
-        await asyncio.sleep(0.1)
+        await node.parks.parked(node.replica)  # it woke, looked, and waits again
         assert not call.done()
         await asyncio.to_thread(node.replica.send_message, "alpha", "beta", "for beta")
         landed = time.monotonic()
@@ -383,7 +400,7 @@ async def test_poll_wait_wakes_on_append(node: Node) -> None:
         cursor = (await ok(client, "poll", thread_id=world["tid"]))["cursor"]
         args = {"thread_id": world["tid"], "after_seq": cursor, "wait": 30}
         call = asyncio.create_task(client.call_tool("poll", args))
-        await asyncio.sleep(0.3)
+        await node.parks.parked(node.replica)
         assert not call.done()
         started = time.monotonic()
         await ok(client, "append", thread_id=world["tid"], sender_name="bob", content="news")
@@ -408,7 +425,7 @@ async def test_a_waiting_call_does_not_block_other_calls(node: Node) -> None:
     """While one call waits, other calls on the same session are served at once."""
     async with connect(node) as client:
         call = asyncio.create_task(client.call_tool("check_messages", {"recipient": "beta", "wait": 30}))
-        await asyncio.sleep(0.1)
+        await node.parks.parked(node.replica)
         started = time.monotonic()
         await ok(client, "whoami")
         await ok(client, "send_message", **{"from": "alpha", "channel": "beta", "content": "unblock"})

@@ -18,13 +18,12 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
-from mcp_server import TOOLS, FeedWaiter
+from mcp_server import TOOLS, Wiring
 from mcp_server.__main__ import parse_args
-from peerd.local import LocalServer, build_app, mcp_builder
+from peerd.local import LocalServer, build_app
 from replica import Replica, open_home
-from replica.feed import ChangeFeed
 from replica.ops import MAX_CONTENT_BYTES
-from tests.waiting import patience
+from tests.waiting import eventually, patience
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -60,15 +59,20 @@ def data(result: CallToolResult) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def http_server(replica: Replica) -> AsyncIterator[LocalServer]:
-    feed = await asyncio.to_thread(ChangeFeed.watching, replica)  # the HTTP host's one feed, as in the daemon
-    waiter = FeedWaiter(feed)
+async def http_host(replica: Replica) -> AsyncIterator[tuple[LocalServer, Wiring]]:
+    """MCP over HTTP on ``replica``, and its wiring (whose waiter a test watches)."""
+    wiring = await asyncio.to_thread(Wiring.watching, replica)  # the HTTP host's one feed, as in the daemon
     try:
-        async with LocalServer(build_app([], mcp_builder(replica, waiter, fleet_id=lambda: "f1"))) as server:
-            yield server
+        async with LocalServer(build_app([], wiring.mcp_http(fleet_id=lambda: "f1"))) as server:
+            yield server, wiring
     finally:
-        waiter.close()
-        await asyncio.to_thread(feed.close)
+        await wiring.aclose()
+
+
+@asynccontextmanager
+async def http_server(replica: Replica) -> AsyncIterator[LocalServer]:
+    async with http_host(replica) as (server, _wiring):
+        yield server
 
 
 # -- stdio -------------------------------------------------------------------------------------
@@ -91,8 +95,12 @@ async def test_stdio_wait_wakes_on_a_write_from_another_process(home: Path, repl
     """A stdio server's waiting check_messages returns well within 0.5 s of another process's write."""
     async with Client(stdio_params(home, "--role", "beta")) as c:
         await c.call_tool("whoami", {})
+        before = replica.max_lseq()
         call = asyncio.create_task(c.call_tool("check_messages", {"wait": 30}))
-        await asyncio.sleep(0.5)
+        # The server is another process, so its waiter cannot be watched; its call's first look is
+        # seen instead: the first check of a role records when the role was first seen (an op).
+        # From there the call parks at once (a write that wins that race is found by its next look).
+        await eventually(lambda: replica.max_lseq() > before, 10, "the server's call to look for mail")
         assert not call.done()
         await asyncio.to_thread(replica.send_message, "alpha", "beta", "wake up")
         landed = time.monotonic()
@@ -130,9 +138,9 @@ r.close()
 
 async def test_in_process_wait_sees_another_process_write(home: Path, replica: Replica) -> None:
     """An HTTP session's wait wakes within 0.5 s of a commit by a separate process on the same file."""
-    async with http_server(replica) as server, Client(f"{server.mcp_url}?role=beta") as c:
-        call = asyncio.create_task(c.call_tool("check_messages", {"wait": 30}))
-        await asyncio.sleep(0.3)
+    async with http_host(replica) as (server, wiring), Client(server.mcp_url) as c:
+        call = asyncio.create_task(c.call_tool("check_messages", {"recipient": "beta", "wait": 30}))
+        await eventually(lambda: wiring.waiter.waiting, 10, "the call to wait")  # an unbound session: no pusher waits
         writer = await asyncio.create_subprocess_exec(
             sys.executable, "-c", WRITER, str(home), stdout=asyncio.subprocess.PIPE, cwd=REPO)
         out, _ = await writer.communicate()

@@ -332,7 +332,7 @@ def test_list_messages_pages_newest_first(mem: Replica) -> None:
 def test_message_by_id_is_an_index_lookup_not_a_scan(mem: Replica) -> None:
     """Finding a message by id (after every send, in get_message, in retractions) walks the few
     origins and looks each up in ops by (origin, seq): never a scan of every op."""
-    from replica import store  # noqa: PLC0415
+    from replica import project  # noqa: PLC0415
 
     for i in range(30):
         mem.send_message("alpha", "beta", f"filler {i}")
@@ -347,11 +347,11 @@ def test_message_by_id_is_an_index_lookup_not_a_scan(mem: Replica) -> None:
         def fetchone(self) -> None:
             return None
 
-    store.find_message(Recorder(), sent.id, "m.content")  # type: ignore[arg-type]
+    project.find_message(Recorder(), sent.id, "m.content")  # type: ignore[arg-type]
     assert len(asked) == 1
     with mem._store.read() as cur:
         plan = [row[3] for row in cur.execute("EXPLAIN QUERY PLAN " + asked[0][0], asked[0][1])]
-        assert store.find_message(cur, sent.id, "m.content")[0] == "wanted"
+        assert project.find_message(cur, sent.id, "m.content")[0] == "wanted"
     assert not any(step.startswith("SCAN m") for step in plan), plan
     assert any("ops_by_origin" in step for step in plan), plan
     assert mem.get_message(sent.id).content == "wanted"

@@ -21,10 +21,9 @@ from mcp.types import (
     UnsubscribeRequestParams,
 )
 
-from mcp_server import FeedWaiter, SessionBinding, build_server
+from mcp_server import FeedWaiter, SessionBinding, Wiring, build_server
 from mcp_server.channel import BURST, CHANNEL_CAPABILITY, PushConfig, PushHub
 from replica import Replica, agent_id_for, open_home
-from replica.feed import ChangeFeed
 from replica.ids import receipt_id
 from tests.channels import Pushes, data, pushed_client
 
@@ -44,11 +43,9 @@ class Host:
 
 @pytest.fixture
 def host(replica: Replica) -> Iterator[Host]:
-    feed = ChangeFeed(replica)
-    waiter = FeedWaiter(feed)
-    yield Host(replica, waiter)
-    waiter.close()
-    feed.close()
+    wiring = Wiring.over(replica)
+    yield Host(replica, wiring.waiter)
+    wiring.close()
 
 
 @asynccontextmanager

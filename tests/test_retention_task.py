@@ -6,10 +6,9 @@ import asyncio
 import time
 from pathlib import Path
 
-from mcp_server.waiter import FeedWaiter
+from mcp_server.wiring import Wiring
 from peerd.retaining import keep_retention
 from replica import Replica
-from replica.feed import ChangeFeed
 from tests.waiting import patience
 
 H = 2000  # ms: the task runs on the wall clock, so the horizon is short
@@ -28,8 +27,8 @@ def test_the_task_purges_when_a_horizon_is_set_and_again_when_the_next_message_e
 
     async def main() -> None:
         rep = Replica.open(tmp_path / "replica.db")
-        feed = ChangeFeed(rep)
-        waiter = FeedWaiter(feed)
+        wiring = Wiring.over(rep)
+        waiter = wiring.waiter
         task = asyncio.create_task(keep_retention(rep, waiter))
         old = rep.send_message("alice", "bob", "old")
         await asyncio.sleep(2.2 * H / 1000)  # older than twice the horizon before there is one
@@ -45,7 +44,7 @@ def test_the_task_purges_when_a_horizon_is_set_and_again_when_the_next_message_e
         assert rep.retention().checked_at_ms != checked
         waiter.close()
         await asyncio.wait_for(task, patience(5))
-        feed.close()
+        wiring.close()
         rep.close()
 
     asyncio.run(main())
@@ -56,14 +55,14 @@ def test_with_no_horizon_the_task_purges_nothing_and_ends_on_close(tmp_path: Pat
 
     async def main() -> None:
         rep = Replica.open(tmp_path / "replica.db")
-        feed = ChangeFeed(rep)
-        waiter = FeedWaiter(feed)
+        wiring = Wiring.over(rep)
+        waiter = wiring.waiter
         task = asyncio.create_task(keep_retention(rep, waiter))
         rep.send_message("alice", "bob", "kept")
         waiter.close()
         await asyncio.wait_for(task, patience(5))
         assert rep.retention().checked_at_ms is None and rep.stats()["messages"] == 1
-        feed.close()
+        wiring.close()
         rep.close()
 
     asyncio.run(main())

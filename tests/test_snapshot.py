@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from peerd import protocol
 from peerd.protocol import Msg, snapshot
 from peerd.protocol.snapshot import digest
-from replica import InvalidOp, NotFound, Replica, bulk, store
+from replica import InvalidOp, NotFound, Replica, bulk, project, store
 from replica import identity as idmod
 from replica import ops as opsmod
 from replica.snapshot import Point, SnapPage
@@ -401,7 +401,7 @@ def test_membership_ops_in_a_page_are_verified_op_by_op() -> None:
                         sign=lambda _u: b"\x00" * 64)
     hub = busy_hub(messages=4)
     with hub._store.write() as cur:  # a lying member holds it as if verified
-        store.store_op(cur, store.origin_id(cur, fake.key), opsmod.decode(bad, verify=False), fixed_wall())
+        project.store_op(cur, store.origin_id(cur, fake.key), opsmod.decode(bad, verify=False), fixed_wall())
         _advance(cur, store.origin_id(cur, fake.key))
     taker = Replica.open()
     with pytest.raises(InvalidOp, match="bad signature"):

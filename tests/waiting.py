@@ -15,9 +15,10 @@ overall guard.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -52,14 +53,17 @@ def wait_until(pred: Callable[[], T | None], timeout: float, what: str = "condit
         time.sleep(interval)
 
 
-async def eventually(pred: Callable[[], T | None], within: float, what: str = "condition",
+async def eventually(pred: Callable[[], T | Awaitable[T | None] | None], within: float, what: str = "condition",
                      interval: float = 0.01, *, in_thread: bool = False) -> T:
     """``wait_until`` for a test running on an event loop: the loop keeps running while it waits
-    (``in_thread``: ``pred`` runs on a worker thread, off the loop). Fails after ``patience(within)``."""
+    (``in_thread``: ``pred`` runs on a worker thread, off the loop; a ``pred`` that returns an
+    awaitable, such as an MCP call, is awaited). Fails after ``patience(within)``."""
     limit = patience(within)
     deadline = time.monotonic() + limit
     while True:
         value = await asyncio.to_thread(pred) if in_thread else pred()
+        if inspect.isawaitable(value):
+            value = await value
         if value:
             return value
         if time.monotonic() >= deadline:

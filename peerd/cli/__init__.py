@@ -25,12 +25,20 @@ Exit codes:
   5    ``peerd doctor`` found at least one problem
   130  interrupted (Ctrl-C) anywhere else
 
-The package's modules: ``errors`` (exit codes), ``format`` (pure text
-formatting), ``backends`` (the daemon's local API or the replica file),
-``setup`` (opening a home without silent mistakes), ``commands`` (one
-function per command), ``pairing`` (the pairing and membership commands,
-with their parser), ``backup`` (``backup`` and ``restore``, with their
-parser), ``retention`` (the retention command, with its parser) and ``parser``.
+Invariants:
+* One parser (``parser``): a table of commands, each naming the function that adds its flags, so
+  a call loads the module of the command it names and no other (``hook`` runs on every prompt,
+  ``mcp`` with every MCP session). Usage errors are told before anything runs.
+* Every argument is UTF-8 text, checked once here, so no command meets one that is not.
+* Errors reach the user as one line on stderr and the exit code above, never a traceback:
+  ``CliError`` carries its code, the replica's and the daemon's errors are 1.
+
+The package's modules: ``parser`` (the command table and the parser), ``arguments`` (the flags of
+the commands in ``commands``), ``errors`` (exit codes), ``format`` (pure text formatting),
+``backends`` (the daemon's local API or the replica file), ``setup`` (opening a home without
+silent mistakes), ``commands`` (one function per command), ``pairing`` and ``joining`` (the
+pairing and membership commands), ``backup`` (``backup`` and ``restore``), ``retention``, ``mcpserve``
+(``mcp``) and ``hook``; each command module holds its commands' flags.
 """
 
 from __future__ import annotations
@@ -40,7 +48,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from peerd.cli.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CliError
+from peerd.cli.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, CliError
+from peerd.cli.parser import parser_for
 from peerd.errors import ConfigError, DaemonError
 from replica import PeerdError
 
@@ -55,46 +64,12 @@ def undecodable(argv: Sequence[str]) -> str | None:
     return None
 
 
-def _split_globals(words: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(the global options before the command, the command and what follows it)."""
-    globals_: list[str] = []
-    rest = list(words)
-    while rest and (rest[0] in ("--json", "--home") or rest[0].startswith("--home=")):
-        take = 2 if rest[0] == "--home" else 1
-        globals_ += rest[:take]
-        rest = rest[take:]
-    return globals_, rest
-
-
-def hook_argv(words: Sequence[str]) -> list[str] | None:
-    """The arguments of ``peerd hook`` if that is the command (global options before it are
-    moved after it), else None: the hook runs on every prompt and skips loading the rest."""
-    globals_, rest = _split_globals(words)
-    return [*rest[1:], *globals_] if rest[:1] == ["hook"] else None
-
-
-def is_mcp(words: Sequence[str]) -> bool:
-    """Whether the command is ``peerd mcp``: it starts with each MCP session, so it parses with a
-    parser of its own command only and loads none of the others."""
-    return _split_globals(words)[1][:1] == ["mcp"]
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    hook_args = hook_argv(argv)
-    if hook_args is not None:  # it checks its own arguments (and never exits 2, which blocks a prompt)
-        from peerd.cli.hook import leave  # noqa: PLC0415 - the hook's fast path
-        from peerd.cli.hook import main as hook_main  # noqa: PLC0415
-
-        leave(hook_main(hook_args))
+    parser = parser_for(argv)
     if (bad := undecodable(argv)) is not None:  # checked once here, so no command meets one
-        print(f"peerd: argument {bad!a} is not valid UTF-8 text", file=sys.stderr)
-        sys.exit(EXIT_USAGE)
-    if is_mcp(argv):
-        from peerd.cli.argparsing import mcp_parser as build_parser  # noqa: PLC0415 - MCP's fast path
-    else:
-        from peerd.cli.parser import build_parser  # noqa: PLC0415 - every other command's modules
-    args = build_parser().parse_args(argv)
+        parser.exit(parser.usage_exit, f"{parser.label}: argument {bad!a} is not valid UTF-8 text\n")
+    args = parser.parse_args(argv)
     try:
         code = args.fn(args)
     except CliError as exc:

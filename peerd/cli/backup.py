@@ -177,17 +177,16 @@ def _missing_parents(folder: Path) -> list[Path]:
     return out
 
 
-# -- the parser -----------------------------------------------------------------------------------
+# -- the flags ------------------------------------------------------------------------------------
 
 
-def add_backup_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-    s = sub.add_parser("backup", parents=[common], help="copy this home (replica and config) into one file, "
-                                                         "also while the daemon runs; the file holds the fleet key")
+def backup_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("file", metavar="FILE", help="the backup file to write")
     s.add_argument("--force", action="store_true", help="replace FILE if it exists")
     s.set_defaults(fn=cmd_backup)
 
-    s = sub.add_parser("restore", parents=[common], help="make a new home (--home) from a backup, as a new node")
+
+def restore_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("file", metavar="FILE", help="a file written by `peerd backup`")
     s.add_argument("--name", help="a name for the restored node (default: the backup's)")
     s.add_argument("--fleet-key", help="the fleet's current key, when it was rotated since the backup "

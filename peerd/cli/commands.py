@@ -109,13 +109,6 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_hook(args: argparse.Namespace) -> int:
-    """``peerd hook`` reached through the full parser (``main`` normally takes a faster path)."""
-    from peerd.cli import hook  # noqa: PLC0415
-
-    return hook.answer(args)
-
-
 def cmd_doctor(args: argparse.Namespace) -> int:
     from peerd import doctor  # noqa: PLC0415 - only this command needs it
 

@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 from mcp_server import framing
-from peerd.cli import undecodable
 from replica import mailbox, schema
 from replica.routing import DAY_MS, DEFAULT_BROADCAST_HISTORY_MS
 
@@ -42,35 +41,8 @@ DEFAULT_SHOWN = 10
 MAX_SHOWN = 50
 PAGE = 1000  # unread mail read per call; "more" counts past it as "+"
 MAX_STDIN = 1024 * 1024
-EXIT_USAGE = 1  # not argparse's 2: a hook that exits 2 blocks the user's prompt
+EXIT_USAGE = 1  # not argparse's 2: a hook that exits 2 blocks the user's prompt (as peerd.cli.parser's table says)
 CURSORS = "hook-cursors.json"  # in the home: where each reader's last look ended (a cache)
-
-
-class HookUsage(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise HookUsage(f"{self.prog}: {message}")
-
-
-def terminal_width() -> int:
-    """The help's width as argparse would choose it, without argparse's ``import shutil``
-    (with its compression modules: a few ms of every hook run otherwise)."""
-    try:
-        return int(os.environ["COLUMNS"]) - 2
-    except (KeyError, ValueError):
-        pass
-    try:
-        return os.get_terminal_size(sys.__stdout__.fileno()).columns - 2 if sys.__stdout__ else 78
-    except (OSError, ValueError):
-        return 78
-
-
-class _Formatter(argparse.HelpFormatter):
-    def __init__(self, prog: str) -> None:
-        super().__init__(prog, width=terminal_width())
 
 
 def _shown(text: str) -> int:
@@ -83,8 +55,9 @@ def _shown(text: str) -> int:
     return value
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The hook's flags (shared with ``peerd --help``)."""
+def hook_arguments(p: argparse.ArgumentParser) -> None:
+    """The hook's flags, for ``peerd.cli.parser``'s table (whose usage errors exit 1 for the hook)."""
+    p.description = "Print a role's unread mail for a Claude Code or Codex hook."
     p.add_argument("--role", required=True, help="the role whose mail to show")
     p.add_argument("--instance", help="this instance of the role")
     p.add_argument("--event", choices=sorted(EVENTS),
@@ -93,15 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="show only mail from this role or agent (repeatable)")
     p.add_argument("--limit", type=_shown, default=DEFAULT_SHOWN,
                    help=f"most messages shown in full (default {DEFAULT_SHOWN}, at most {MAX_SHOWN})")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="peerd hook", description="Print a role's unread mail for a Claude Code or Codex hook.",
-                formatter_class=_Formatter)
-    p.add_argument("--home", help="home folder (default: $PEERD_HOME or the user data folder)")
-    p.add_argument("--json", action="store_true", help="accepted like every command's; the output is JSON anyway")
-    add_arguments(p)
-    return p
+    p.set_defaults(fn=cmd_hook)
 
 
 # -- pure parts -----------------------------------------------------------------------------------
@@ -306,17 +271,9 @@ def answer(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    bad = undecodable(sys.argv[1:] if argv is None else argv)
-    if bad is not None:
-        print(f"peerd hook: argument {bad!a} is not valid UTF-8 text", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        args = build_parser().parse_args(argv)
-    except HookUsage as exc:
-        print(exc, file=sys.stderr)
-        return EXIT_USAGE
-    return answer(args)
+def cmd_hook(args: argparse.Namespace) -> NoReturn:
+    """``peerd hook``: answer, then leave at once (``leave``)."""
+    leave(answer(args))
 
 
 def leave(code: int) -> NoReturn:

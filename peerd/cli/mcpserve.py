@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from mcp_server.arguments import DEFAULT_HTTP_PORT, add_push_arguments, add_replica_arguments, add_session_arguments
 from peerd import home as homes
 from peerd.cli.errors import EXIT_USAGE, CliError
 from peerd.cli.setup import home_flag, open_fleet
@@ -41,7 +42,6 @@ from replica.routing import DEFAULT_BROADCAST_HISTORY_MS
 
 Transport = Literal["stdio", "http"]
 LOOPBACK_NAMES = ("127.0.0.1", "localhost")
-DEFAULT_HTTP_PORT = 8000
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,15 @@ def config_of(p: Plan, args: argparse.Namespace) -> Config | None:
     return load_config(cfg) if cfg is not None and cfg.exists() else None
 
 
+def mcp_arguments(s: argparse.ArgumentParser) -> None:
+    """``peerd mcp``'s flags: the MCP server's own (``mcp_server.arguments``), and ``--init``."""
+    add_replica_arguments(s)
+    add_session_arguments(s)
+    s.add_argument("--init", action="store_true", help="create the home (a new fleet) if there is none")
+    add_push_arguments(s)
+    s.set_defaults(fn=cmd_mcp)
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415 - keeps quick commands quick to start
 
@@ -149,37 +158,33 @@ async def serve_http(replica: Replica, source: Source | None, port: int, fleet_i
     import asyncio  # noqa: PLC0415 - keeps quick commands quick to start
     import signal  # noqa: PLC0415
 
-    from mcp_server.waiter import FeedWaiter  # noqa: PLC0415
+    from mcp_server.wiring import wired  # noqa: PLC0415
     from peerd.errors import DaemonError  # noqa: PLC0415
-    from peerd.local import LocalServer, build_app, mcp_builder  # noqa: PLC0415
-    from replica.feed import ChangeFeed  # noqa: PLC0415
+    from peerd.local import LocalServer, build_app  # noqa: PLC0415
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     signals = (signal.SIGINT, signal.SIGTERM)
-    feed = await asyncio.to_thread(ChangeFeed, replica, source)
-    waiter = FeedWaiter(feed)
-    try:
-        for sig in signals:
-            loop.add_signal_handler(sig, stop.set)
-        app = build_app([], mcp_builder(replica, waiter, fleet_id=lambda: fleet_id))
+    async with wired(replica, source) as wiring:
         try:
-            server = LocalServer(app, port)
-            await server.start()
-        except DaemonError:
-            raise CliError(f"cannot serve MCP on 127.0.0.1:{port}: the port is taken or not allowed; "
-                           "pick another with --port (0 picks a free one)") from None
-        try:
-            announce(f"http://{host}:{server.port}/mcp", replica.node_id, json_out=json_out)
-            await stop.wait()
+            for sig in signals:
+                loop.add_signal_handler(sig, stop.set)
+            app = build_app([], wiring.mcp_http(fleet_id=lambda: fleet_id))
+            try:
+                server = LocalServer(app, port)
+                await server.start()
+            except DaemonError:
+                raise CliError(f"cannot serve MCP on 127.0.0.1:{port}: the port is taken or not allowed; "
+                               "pick another with --port (0 picks a free one)") from None
+            try:
+                announce(f"http://{host}:{server.port}/mcp", replica.node_id, json_out=json_out)
+                await stop.wait()
+            finally:
+                wiring.waiter.close()  # calls waiting for messages return now, so the server stops at once
+                await server.stop()
         finally:
-            waiter.close()  # calls waiting for messages return now, so the server stops at once
-            await server.stop()
-    finally:
-        for sig in signals:
-            loop.remove_signal_handler(sig)
-        waiter.close()
-        await asyncio.to_thread(feed.close)
+            for sig in signals:
+                loop.remove_signal_handler(sig)
 
 
 def announce(url: str, node_id: str, *, json_out: bool) -> None:

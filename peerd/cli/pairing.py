@@ -130,7 +130,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- the parser -----------------------------------------------------------------------------------
+# -- the flags ------------------------------------------------------------------------------------
 
 
 class _Duration(argparse.Action):
@@ -140,8 +140,7 @@ class _Duration(argparse.Action):
         ns.expires_given = True
 
 
-def add_pairing_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-    s = sub.add_parser("invite", parents=[common], help="let another machine join: a single-use token, or --code")
+def invite_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--host", help="address other machines reach this one at (default: this machine's LAN address)")
     s.add_argument("--code", action="store_true", help="a short one-time code to type on the other machine instead")
     s.add_argument("--expires", type=parse_duration, default=DEFAULT_TTL, action=_Duration, metavar="DURATION",
@@ -149,7 +148,8 @@ def add_pairing_commands(sub: Any, common: argparse.ArgumentParser) -> None:
                         "for a code)")
     s.set_defaults(fn=cmd_invite, expires_given=False)
 
-    s = sub.add_parser("join", parents=[common], help="join a fleet: --lan, --code CODE or an invite TOKEN")
+
+def join_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("token", nargs="?", metavar="TOKEN", help="an invite made by `peerd invite` on a member")
     s.add_argument("--lan", action="store_true", help="ask a member found on this LAN; approve there")
     s.add_argument("--code", metavar="CODE", help="a one-time code made by `peerd invite --code` on a member")
@@ -163,15 +163,21 @@ def add_pairing_commands(sub: Any, common: argparse.ArgumentParser) -> None:
                                                         "other nodes' messages")
     s.set_defaults(fn=cmd_join)
 
-    s = sub.add_parser("requests", parents=[common], help="join requests waiting for approval on this member")
+
+def requests_arguments(s: argparse.ArgumentParser) -> None:
     s.set_defaults(fn=cmd_requests)
-    s = sub.add_parser("approve", parents=[common], help="let in the machine whose request shows CODE")
+
+
+def approve_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("code", metavar="CODE", help="the six-digit verification code both machines show")
     s.set_defaults(fn=cmd_approve)
-    s = sub.add_parser("reject", parents=[common], help="refuse the join request that shows CODE")
+
+
+def reject_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("code", metavar="CODE")
     s.set_defaults(fn=cmd_reject)
-    s = sub.add_parser("remove", parents=[common],
-                       help="remove a machine from the fleet: refuse its new ops and rotate the fleet key")
+
+
+def remove_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("node", metavar="NODE", help="the node's name or the start of its id (see `peerd peers`)")
     s.set_defaults(fn=cmd_remove)

@@ -1,148 +1,152 @@
-"""The ``peerd`` argument parser: every command, its flags and their help.
+"""The ``peerd`` command line's one parser: the table of commands, the global options, and how a
+call is parsed.
 
-Invariants: each subcommand sets ``fn`` to its ``commands.cmd_*`` function;
-the global options ``--home`` and ``--json`` are accepted before the command
-and after it (given in both places, the one after wins); a malformed flag
-value, an unknown command or flag is a usage error (exit code 2) reported by
-argparse before any command runs, with the closest command or flag suggested.
+Invariants:
+* One definition: each command is one row of ``COMMANDS`` (its name, the module of ``peerd.cli``
+  whose ``<name>_arguments(parser)`` adds its flags and sets ``fn``, and its help), so registering
+  a command is one line, and nothing of a command loads until a call needs it.
+* A call that names a command builds the root and that command's flags only, so each command
+  loads its own module and no other's (``peerd hook`` runs on every prompt, ``peerd mcp`` with
+  every MCP session); help with no command, or a word that is no command, builds them all.
+* ``--home`` and ``--json`` are accepted before the command and after it (given in both places,
+  the one after wins). Which command a call names is read with the same definition of them
+  (``command_of``), never by scanning the words by hand.
+* A usage error (an unknown command or flag, a malformed or missing value) is reported before any
+  command runs, names the closest command or flag, and exits 2, or the command's own
+  ``usage_exit`` (``peerd hook``: 1, since a hook that exits 2 blocks the user's prompt).
+* Light: the standard library's argparse and nothing else, so that a quick command's start-up
+  stays its own (help is laid out without ``shutil``, which argparse would import).
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import os
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any, NamedTuple, NoReturn
 
-from peerd.cli import hook
-from peerd.cli.argparsing import Parser, add_mcp_command, global_options
-from peerd.cli.backup import add_backup_commands
-from peerd.cli.commands import (
-    cmd_doctor,
-    cmd_hook,
-    cmd_inbox,
-    cmd_init,
-    cmd_log,
-    cmd_peers,
-    cmd_profile,
-    cmd_read,
-    cmd_run,
-    cmd_search,
-    cmd_send,
-    cmd_status,
-    cmd_stop,
-    cmd_threads,
+from peerd.cli.errors import EXIT_USAGE
+
+
+class Command(NamedTuple):
+    name: str
+    module: str  # in peerd.cli; its ``<name>_arguments(parser)`` adds the command's flags and sets ``fn``
+    help: str
+    usage_exit: int | None = None  # a code of its own for usage errors, told as "peerd NAME: ..."
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        # __import__ rather than importlib.import_module: only an import through it shows in
+        # ``python -X importtime``, which the tests read to keep each command's start-up its own.
+        module = __import__(f"peerd.cli.{self.module}", fromlist=["_"])
+        getattr(module, f"{self.name.replace('-', '_')}_arguments")(p)
+
+
+COMMANDS = (
+    Command("init", "arguments", "create the home: replica, node key, config.toml"),
+    Command("invite", "pairing", "let another machine join: a single-use token, or --code"),
+    Command("join", "pairing", "join a fleet: --lan, --code CODE or an invite TOKEN"),
+    Command("requests", "pairing", "join requests waiting for approval on this member"),
+    Command("approve", "pairing", "let in the machine whose request shows CODE"),
+    Command("reject", "pairing", "refuse the join request that shows CODE"),
+    Command("remove", "pairing", "remove a machine from the fleet: refuse its new ops and rotate the fleet key"),
+    Command("run", "arguments", "run the daemon (initialises the home if needed)"),
+    Command("stop", "arguments", "stop the daemon of this home and wait until it has exited"),
+    Command("mcp", "mcpserve", "serve the MCP tools (stdio or HTTP) on this home's replica, a replica file or "
+                               "memory; with --role, a Claude Code channel"),
+    Command("backup", "backup", "copy this home (replica and config) into one file, also while the daemon runs; "
+                                "the file holds the fleet key"),
+    Command("restore", "backup", "make a new home (--home) from a backup, as a new node"),
+    Command("retention", "retention", "the fleet's retention horizon: set, show or clear it"),
+    Command("send", "arguments", "send a message ('-' as TEXT reads it from stdin)"),
+    Command("inbox", "arguments", "unread messages for a role (records delivery)"),
+    Command("hook", "hook", "print a role's unread mail for a Claude Code or Codex hook", usage_exit=1),
+    Command("read", "arguments", "mark messages read by receipt id"),
+    Command("status", "arguments", "node, fleet, peers, per-peer lag, totals, catch-up; or, given a MESSAGE_ID, "
+                                   "who got that message and read it"),
+    Command("peers", "arguments", "known peers: how found, live or not, lag, last error"),
+    Command("log", "arguments", "recent traffic: the latest messages in arrival order"),
+    Command("search", "arguments", "full-text search over every message held here"),
+    Command("threads", "arguments", "threads: participants, message count, latest activity"),
+    Command("profile", "arguments", "list profiles, show one, or set its fields"),
+    Command("doctor", "arguments", "check this node's setup and say what to fix"),
 )
-from peerd.cli.pairing import add_pairing_commands
-from peerd.cli.retention import add_retention_commands
+BY_NAME = {c.name: c for c in COMMANDS}
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
+_UNRECOGNIZED = re.compile(r"unrecognized arguments: (.*)")
 
 
-def _positive(text: str) -> float:
+def terminal_width() -> int:
+    """The help's width as argparse would choose it, without argparse's ``import shutil``
+    (with its compression modules: a few ms of every hook run otherwise)."""
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError("must be > 0")
-    return value
+        return int(os.environ["COLUMNS"]) - 2
+    except (KeyError, ValueError):
+        pass
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns - 2 if sys.__stdout__ else 78
+    except (OSError, ValueError):
+        return 78
 
 
-def _setup_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-    s = sub.add_parser("init", parents=[common], help="create the home: replica, node key, config.toml")
-    s.add_argument("--name", help="a name for this node (default: the host name)")
-    s.add_argument("--fleet-key", help="join an existing fleet with this key instead of making a new one")
-    s.add_argument("--new-fleet", action="store_true",
-                   help="make a new fleet even though this home holds a node whose config.toml is gone")
-    s.set_defaults(fn=cmd_init)
-
-    add_pairing_commands(sub, common)
-
-    s = sub.add_parser("run", parents=[common], help="run the daemon (initialises the home if needed)")
-    s.add_argument("--port", type=int, help="peer port (0 picks a free one)")
-    s.add_argument("--local-port", type=int, help="local port for MCP, the API and the dashboard (0 picks a free one)")
-    s.add_argument("--seed", action="append", metavar="HOST:PORT", help="a peer to contact (repeatable)")
-    s.add_argument("--no-mdns", action="store_true", help="do not use mDNS discovery")
-    s.add_argument("--bind", default="0.0.0.0", help="address the peer server listens on (default: all)")
-    s.add_argument("--advertise", help="this node's address as written in daemon.json (default: the bind "
-                                       "address, or this machine's LAN address when bound to all interfaces)")
-    s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    s.add_argument("--new-fleet", action="store_true",
-                   help="make a new fleet even though this home holds a node whose config.toml is gone")
-    s.set_defaults(fn=cmd_run)
-
-    s = sub.add_parser("stop", parents=[common], help="stop the daemon of this home and wait until it has exited")
-    s.add_argument("--timeout", type=_positive, default=30.0, help="seconds to wait for it to exit (default 30)")
-    s.set_defaults(fn=cmd_stop)
-
-    add_mcp_command(sub, common)
-    add_backup_commands(sub, common)
+class Formatter(argparse.HelpFormatter):
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=terminal_width())
 
 
-def _operator_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-    s = sub.add_parser("status", parents=[common], help="node, fleet, peers, per-peer lag, totals, catch-up; "
-                                                         "or, given a MESSAGE_ID, who got that message and read it")
-    s.add_argument("message_id", nargs="?", metavar="MESSAGE_ID",
-                   help="a message's id: per recipient, delivered and read (works with no daemon too)")
-    s.add_argument("--watch", action="store_true", help="refresh until Ctrl-C (a progress bar during a catch-up)")
-    s.add_argument("--interval", type=_positive, default=1.0, help="seconds between refreshes (default 1)")
-    s.add_argument("--count", type=int, default=0, help="with --watch: stop after this many refreshes")
-    s.set_defaults(fn=cmd_status)
+def suggest(word: str, choices: list[str]) -> str | None:
+    """The choice closest to a mistyped ``word``, if one is close enough."""
+    import difflib  # noqa: PLC0415 - only once a usage error is told
 
-    s = sub.add_parser("peers", parents=[common], help="known peers: how found, live or not, lag, last error")
-    s.set_defaults(fn=cmd_peers)
-
-    s = sub.add_parser("log", parents=[common], help="recent traffic: the latest messages in arrival order")
-    s.add_argument("--limit", type=int, default=20, help="how many of the latest messages (default 20)")
-    s.add_argument("--follow", action="store_true", help="keep printing messages as they arrive")
-    s.set_defaults(fn=cmd_log)
-
-    s = sub.add_parser("search", parents=[common], help="full-text search over every message held here")
-    s.add_argument("query", nargs="+", metavar="QUERY", help="words that must all match")
-    s.add_argument("--from", dest="sender", metavar="ROLE", help="only messages from this role")
-    s.add_argument("--channel", metavar="ROLE", help="only messages addressed to this role")
-    s.add_argument("--since", type=int, metavar="N", help="only messages after arrival position N")
-    s.add_argument("--limit", type=int, default=20, help="most hits (default 20)")
-    s.set_defaults(fn=cmd_search)
-
-    s = sub.add_parser("threads", parents=[common], help="threads: participants, message count, latest activity")
-    s.set_defaults(fn=cmd_threads)
-
-    s = sub.add_parser("profile", parents=[common], help="list profiles, show one, or set its fields")
-    s.add_argument("id", nargs="?", metavar="ID", help="the role (orchestrator id) whose profile to show or set")
-    s.add_argument("--set", nargs="+", action="extend", metavar="FIELD=VALUE",
-                   help="set name=..., static=... and/or dynamic=...")
-    s.set_defaults(fn=cmd_profile)
-
-    s = sub.add_parser("doctor", parents=[common], help="check this node's setup and say what to fix")
-    s.add_argument("--timeout", type=_positive, default=3.0, help="seconds to wait for each peer (default 3)")
-    s.set_defaults(fn=cmd_doctor)
-
-    add_retention_commands(sub, common)
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
-def _messaging_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-    s = sub.add_parser("send", parents=[common], help="send a message ('-' as TEXT reads it from stdin)")
-    s.add_argument("--from", dest="sender", required=True, metavar="ROLE", help="sender role")
-    s.add_argument("--to", required=True, metavar="CHANNEL", help="a role, 'role1,role2' or 'broadcast'")
-    s.add_argument("--instance", metavar="ID", help="only this instance of the target role")
-    s.add_argument("--from-instance", metavar="ID", help="the sender's instance id")
-    s.add_argument("text", nargs="+", metavar="TEXT")
-    s.set_defaults(fn=cmd_send)
+class Parser(argparse.ArgumentParser):
+    """An argparse parser whose usage errors name the closest command or flag, and exit with
+    ``usage_exit`` (told as ``label: message`` when that is not the usual 2)."""
 
-    s = sub.add_parser("inbox", parents=[common], help="unread messages for a role (records delivery)")
-    s.add_argument("role", metavar="ROLE")
-    s.add_argument("--instance", metavar="ID", help="this instance of the role")
-    s.add_argument("--all", action="store_true", help="include messages already read")
-    s.add_argument("--follow", action="store_true", help="keep printing new messages as they arrive")
-    s.add_argument("--limit", type=int, default=50, help="most messages to show (default 50)")
-    s.add_argument("--wait", type=float, default=0, help="block up to this many seconds for a message")
-    s.set_defaults(fn=cmd_inbox)
+    def __init__(self, *args: Any, usage_exit: int = EXIT_USAGE, label: str | None = None, **kw: Any) -> None:
+        kw.setdefault("formatter_class", Formatter)
+        super().__init__(*args, **kw)
+        self.usage_exit = usage_exit
+        self.label = label or self.prog
 
-    s = sub.add_parser("hook", parents=[common], help="print a role's unread mail for a Claude Code or Codex hook")
-    hook.add_arguments(s)
-    s.set_defaults(fn=cmd_hook)
+    def error(self, message: str) -> NoReturn:
+        message += self._hint(message)
+        if self.usage_exit == EXIT_USAGE:
+            super().error(message)
+        self.exit(self.usage_exit, f"{self.label}: {message}\n")
 
-    s = sub.add_parser("read", parents=[common], help="mark messages read by receipt id")
-    s.add_argument("receipts", nargs="+", metavar="RECEIPT")
-    s.set_defaults(fn=cmd_read)
+    def _hint(self, message: str) -> str:
+        if m := _INVALID_CHOICE.search(message):
+            close = suggest(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
+            return f"; did you mean {close!r}?" if close else ""
+        if m := _UNRECOGNIZED.search(message):
+            flags = [o for a in self._all_actions() for o in a.option_strings if o.startswith("--")]
+            for word in m.group(1).split():
+                close = suggest(word.split("=")[0], flags) if word.startswith("--") else None
+                if close:
+                    return f"; did you mean {close}?"
+        return ""
+
+    def _all_actions(self) -> list[argparse.Action]:
+        """This parser's actions and those of every subcommand built."""
+        out = list(self._actions)
+        for a in self._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                out += [x for sub in a.choices.values() for x in sub._actions]
+        return out
+
+
+def global_options(p: argparse.ArgumentParser, default: Any) -> None:
+    """``--home`` and ``--json``; after the command they default to SUPPRESS, so that a value
+    given before the command is not overwritten by the subcommand's default."""
+    p.add_argument("--home", default=default, help="home folder (default: $PEERD_HOME or the user data folder)")
+    p.add_argument("--json", action="store_true", default=default if default is argparse.SUPPRESS else False,
+                   help="print machine-readable JSON")
 
 
 class _Version(argparse.Action):
@@ -158,18 +162,58 @@ class _Version(argparse.Action):
         parser.exit(message=version_text() + "\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Unparsed(Exception):
+    pass
+
+
+class _Picker(argparse.ArgumentParser):
+    """Reads which command a call names; it never reports an error (the full parser does)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _Unparsed(message)
+
+
+def command_of(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names, read with the global options' own definition; None when it
+    names none, or something before it is not a global option (help, ``--version``, a typo):
+    then the whole tree is built, to help or to tell the error."""
+    picker = _Picker(add_help=False, formatter_class=Formatter)
+    global_options(picker, None)
+    picker.add_argument("command", nargs="?")
+    picker.add_argument("rest", nargs=argparse.REMAINDER)
+    try:
+        ns, unknown = picker.parse_known_args(argv)
+    except _Unparsed:
+        return None
+    return ns.command if ns.command in BY_NAME and not unknown else None
+
+
+def _usage(cmd: Command | None) -> tuple[int, str | None]:
+    """The exit code of a usage error and the name it is told under, for a call of ``cmd``."""
+    if cmd is None or cmd.usage_exit is None:
+        return EXIT_USAGE, None
+    return cmd.usage_exit, f"peerd {cmd.name}"
+
+
+def build_parser(only: str | None = None) -> Parser:
+    """``peerd``'s parser: with ``only`` (a command's name), the root and that command alone; else
+    every command."""
+    chosen = BY_NAME.get(only) if only is not None else None
+    code, label = _usage(chosen)
     common = Parser(add_help=False)
     global_options(common, argparse.SUPPRESS)
     p = Parser(prog="peerd", description="Peer-to-peer messaging for AI agents.",
                epilog="exit codes: 0 ok, 1 request failed, 2 usage, 3 no daemon running, "
-                      "4 no usable home, 5 doctor found problems, 130 interrupted")
+                      "4 no usable home, 5 doctor found problems, 130 interrupted", usage_exit=code, label=label)
     global_options(p, None)
     p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _setup_commands(sub, common)
-    _messaging_commands(sub, common)
-    _operator_commands(sub, common)
+    for cmd in COMMANDS if chosen is None else (chosen,):
+        code, label = _usage(cmd)
+        cmd.add_arguments(sub.add_parser(cmd.name, parents=[common], help=cmd.help, usage_exit=code, label=label))
     return p
 
 
+def parser_for(argv: Sequence[str]) -> Parser:
+    """The parser a call needs: its command's alone, or every command's."""
+    return build_parser(command_of(argv))

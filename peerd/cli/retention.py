@@ -146,8 +146,12 @@ def _write(args: argparse.Namespace, h: int) -> int:
     return 0
 
 
-def add_retention_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-    s = sub.add_parser("retention", parents=[common], help="the fleet's retention horizon: set, show or clear it")
+def retention_arguments(s: argparse.ArgumentParser) -> None:
+    from peerd.cli.parser import Parser, global_options  # noqa: PLC0415 - the parser loads this module
+
+    common = Parser(add_help=False)  # the global options after a verb, too
+    global_options(common, argparse.SUPPRESS)
+    s.set_defaults(fn=cmd_show)  # each verb sets its own; a verb is required
     verbs = s.add_subparsers(dest="verb", required=True, metavar="VERB")
     v = verbs.add_parser("set", parents=[common], help="purge messages older than DURATION from every replica")
     v.add_argument("horizon", metavar="DURATION", help="30d, 12h, 90m, 45s, or forever (keep everything)")
