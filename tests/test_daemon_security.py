@@ -32,6 +32,7 @@ def trio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Fleet, Daem
         w = fleet.add("w", seeds=[a], fleet_key=encode_fleet_key(new_fleet_key()))
         fleet.start()
         wait_until(lambda: (row := b.peer(a)) is not None and row["reachable"], 20, "b to reach a")
+        fleet.wait_converged([a, b])  # b's own first op (its admit) is on a before any test looks at a's state
         yield fleet, a, b, w
     finally:
         fleet.close()
