@@ -28,10 +28,11 @@ c. Restart: the new member stopped; ``restart_ops`` more ops (4 new origins) wri
 d. Memory: the new member's RSS after 1,000 ``check_messages`` over MCP (streamable HTTP), once its
    background work after the snapshot (the signature check, the search index) is done. Baseline: the
    floor, a bare MCP server (``mcp_floor.py``) after the same calls and payloads, same run.
-e. Replica size after two simulated years (1,000,000 messages) with a 30-day retention horizon
-   against the same traffic kept forever: **not measured here yet**. It needs retention (issue 21
-   item 4), built separately; ``bench_retention`` below is the place the lead fills once retention is
-   merged. Nothing is printed for it but that note.
+e. Two years of traffic: as many messages as the fleet holds (1,000,000), created evenly over 730
+   days up to now, to two roles, each role's reader marking its mail delivered and read a minute
+   after every page of 50 but for the last two days; written into two replica files (in this
+   process, by the same bulk path, search index caught up). One is kept forever (the baseline); the
+   other gets a 30-day horizon and one purge now. Figure: the purged file's size, checkpointed.
 
 Every process started here is stopped at the end. The script always exits 0: benchmarks report,
 they do not gate. The machine's load average is printed at the start and the end.
@@ -43,11 +44,13 @@ import argparse
 import asyncio
 import contextlib
 import os
+import shutil
 import sqlite3
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +58,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import sim  # noqa: E402
 from _util import (  # noqa: E402
     Figure,
     at_most,
@@ -70,7 +74,7 @@ from _util import (  # noqa: E402
 )
 from sim import workload  # noqa: E402
 
-from replica import Replica, bulk, open_home, store  # noqa: E402
+from replica import Replica, bulk, hlc, identity, open_home, store  # noqa: E402
 from replica import ops as opsmod  # noqa: E402
 from replica.sync import _advance  # noqa: E402
 from tests.daemons import Daemon, DaemonFailed, Fleet  # noqa: E402 - needs the repo root on sys.path
@@ -281,16 +285,88 @@ def bench_memory(root: Path, member: Daemon, sizes: Sizes) -> Figure:
                          at_most(floor + FLOOR_PLUS_MB), floor))
 
 
-# -- e. retention (not yet) ------------------------------------------------------------------------
+# -- e. two years with a horizon --------------------------------------------------------------------
+
+YEARS_DAYS = 730
+HORIZON_DAYS = 30
+DAY_MS = 86_400_000
+READ_BATCH = 50  # messages a reader marks read at once (one check_messages page, then mark_as_read)
+UNREAD_DAYS = 2  # the newest messages nobody has read yet
 
 
-def bench_retention() -> list[Figure]:
-    """(e) Replica size after two simulated years of traffic (1,000,000 messages) with a 30-day
-    horizon against the same traffic kept forever. Left to the lead: it needs retention (issue 21
-    item 4), which is merged separately. Nothing is measured or faked here until then."""
-    section("e. replica size after two simulated years, 30-day horizon vs kept forever")
-    note("not measured yet: needs retention (issue 21 item 4); added once retention is merged")
-    return []
+def _history_chunk(seed: bytes, kind: str, jobs: list[tuple[int, int, Any]]) -> list[bytes]:
+    """Signed ops of one origin (in a worker process): ``jobs`` are (seq, hlc, body)."""
+    ident = identity.from_seed(seed)
+    return [opsmod.encode(ident.public_key, seq, stamp, kind, body, sign=ident.sign) for seq, stamp, body in jobs]
+
+
+def history(count: int, now_ms: int) -> list[bytes]:
+    """Two years of traffic ending now: ``count`` messages of 4 origins to ``tau`` and ``phi``, created
+    evenly over the two years, and each role's reader marking its mail delivered and read a minute
+    after every page of 50 (what check_messages and mark_as_read write), but for the last two days."""
+    span = YEARS_DAYS * DAY_MS
+    base = now_ms - span
+    seeds = [os.urandom(identity.SEED_BYTES) for _ in range(6)]
+    keys = [identity.from_seed(sd).public_key for sd in seeds]
+    msgs: list[list[tuple[int, int, Any]]] = [[] for _ in range(4)]
+    reads: dict[str, list[list[Any]]] = {"tau": [], "phi": []}
+    receipts: list[list[tuple[int, int, Any]]] = [[], []]
+    for i in range(count):
+        at = base + i * span // count
+        k, role = i % 4, ("tau", "phi")[i % 2]
+        seq = len(msgs[k]) + 1
+        body = {"f": f"agent-{i % 7}", "fi": None, "c": role, "ti": None, "t": None, "x": sim.content_for(i)}
+        msgs[k].append((seq, hlc.pack(at), body))
+        if at > now_ms - UNREAD_DAYS * DAY_MS:
+            continue
+        mid = opsmod.message_id(keys[k], seq)
+        page = reads[role]
+        page += [["rcpt", [mid, role, ""], "d", at + 60_000], ["rcpt", [mid, role, ""], "r", at + 60_000]]
+        if len(page) >= 2 * READ_BATCH:
+            r = ("tau", "phi").index(role)
+            receipts[r].append((len(receipts[r]) + 1, hlc.pack(at + 60_000), {"w": list(page)}))
+            page.clear()
+    jobs = [(seeds[k], opsmod.KIND_MSG, msgs[k][i:i + sim.SIGN_CHUNK]) for k in range(4)
+            for i in range(0, len(msgs[k]), sim.SIGN_CHUNK)]
+    jobs += [(seeds[4 + r], opsmod.KIND_SET, receipts[r][i:i + sim.SIGN_CHUNK]) for r in range(2)
+             for i in range(0, len(receipts[r]), sim.SIGN_CHUNK)]
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        return [raw for chunk in pool.map(_history_chunk, *zip(*jobs, strict=True)) for raw in chunk]
+
+
+def bench_retention(root: Path, count: int) -> list[Figure]:
+    """(e) The same two years of traffic in two replicas: one kept forever, one with a 30-day horizon
+    purged now; the size of each file (checkpointed, search index caught up)."""
+    section(f"e. replica size after two simulated years ({count:,} messages), {HORIZON_DAYS}-day horizon vs "
+            "kept forever")
+    now = int(time.time() * 1000)
+    with stopwatch() as gen:
+        raws = history(count, now)
+    forever_home, kept_home = root / "forever", root / "horizon"
+    with stopwatch() as filled:
+        open_home(forever_home).close()
+        fill(forever_home, raws)
+        with open_home(forever_home) as rep:
+            rep.catch_up()
+            forever = rep.database_bytes()
+        shutil.copytree(forever_home, kept_home)
+    note(f"signed {len(raws):,} ops ({count:,} messages, {len(raws) - count:,} receipt ops) in {fmt(gen.seconds)} s; "
+         f"written and indexed in {fmt(filled.seconds)} s (neither timed)")
+    with open_home(kept_home) as rep:
+        rep.set_retention(HORIZON_DAYS * DAY_MS)
+        with stopwatch() as took:
+            done = rep.purge()
+        kept = rep.database_bytes()
+        left = rep.stats()
+    removed = done.removed
+    note(f"purge: {removed.messages:,} messages, {removed.receipts:,} receipts, {removed.ops:,} ops removed in "
+         f"{fmt(took.seconds)} s; {left['messages']:,} messages and {left['ops']:,} ops left "
+         f"({fmt(100 * left['messages'] / count)} % of the messages: the last {HORIZON_DAYS} days, and what was "
+         f"not read yet of the {2 * HORIZON_DAYS} before); {load()}")
+    note(f"kept forever: {forever / 1e6:,.1f} MB ({fmt(forever / count)} B per message); with the horizon: "
+         f"{kept / 1e6:,.1f} MB ({fmt(kept / max(left['messages'], 1))} B per message left)")
+    return [report(Figure(f"replica after two years of {count:,} messages, {HORIZON_DAYS}-day horizon", kept / 1e6,
+                          "MB", None, forever / 1e6))]
 
 
 # -- main ---------------------------------------------------------------------------------------
@@ -325,7 +401,7 @@ def run(sizes: Sizes, root: Path, replay_all: bool) -> list[Figure]:
         figures.insert(1, report(Figure(f"new member caught up on {sizes.messages:,} messages (incl. start-up)", took,
                                         "s", at_most(NEW_MEMBER_S), baseline)))
         figures.append(restart)
-        figures += bench_retention()
+        figures += bench_retention(root, sizes.messages)
         return figures
     except BaseException:
         for d in fleet.daemons:
