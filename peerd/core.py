@@ -253,6 +253,14 @@ class NodeCore:
             out.append(Say(logging.ERROR, f"{ahead.message()}; to fix it: {FIX}"))
         return out
 
+    def own_history(self, where: str, theirs: int, ours: int) -> list[Command]:
+        """A peer at ``where`` brought an op of ours (seq ``theirs``) that we never held (our newest
+        was ``ours``): this home is an older copy of itself. Told once (``peerd.forks``)."""
+        if self.own_ahead is not None:
+            return []
+        self.own_ahead = OwnAhead(where, theirs, ours)
+        return [Say(logging.ERROR, f"{self.own_ahead.message()}; to fix it: {FIX}")]
+
     def round_over(self, peer: Peer, *, found_work: bool) -> None:
         """A round task ended, well or not; ``found_work``: a first contact, or not in sync."""
         self._in_round.discard(peer.addr)

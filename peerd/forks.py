@@ -5,7 +5,9 @@ itself: every one is written here first. A peer whose vector holds this node's o
 newest own seq this replica held when the round began therefore means this replica is an older copy
 of the node (a home copied back by hand, or one ``node.key`` run in two homes). Its writes since
 the copy took numbers the fleet already holds, and peers keep the op they saw first: a fork of its
-own history. The node is told once (an error in the log, ``own_history_ahead`` in its status,
+own history. The same shows when a peer pushes this node one of its own ops that its replica never
+held (the replica remembers the first such op: ``Replica.own_history_ahead``), whichever comes
+first. The node is told once (an error in the log, ``own_history_ahead`` in its status,
 a failure in ``peerd doctor``) and goes on as before; the fix is a new node made from this home.
 
 Invariants:

@@ -78,6 +78,7 @@ class NodeBase:
         self.seeds: SeedSource | None = None
         self.mdns: MdnsSource | None = None
         self._fleet_seen = -1
+        self._own_seen = 0
         self._keys_lock = asyncio.Lock()
         self._told_old_key: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -178,6 +179,16 @@ class NodeBase:
         """``fn(*args)`` off the event loop (replica work)."""
         result: T = await self._offload(fn, *args)
         return result
+
+    async def note_own_history(self, where: str) -> None:
+        """After ops landed from ``where``: if one of ours we never held was among them (the replica
+        remembers the first), tell the core (once)."""
+        if self.rep.own_arrivals == self._own_seen:
+            return
+        self._own_seen = self.rep.own_arrivals
+        ahead = await self.offload(self.rep.own_history_ahead)
+        if ahead is not None:
+            self.run(self.core.own_history(where, *ahead))
 
     async def our_vector(self) -> dict[bytes, int]:
         """Our vector by short ids, read off the event loop."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 
+from discovery.seeds import format_seed
 from peerd import protocol
 from peerd.clock import Cancellable
 from peerd.core import clip
@@ -60,6 +61,9 @@ class Serving(NodeBase):
         except RemoteError as exc:
             return self._error(remote, exc, key)
         self.run(self.core.answered(out, req.envelope.sender, self.clock.now()))
+        if out.new:
+            port = req.envelope.port
+            await self.note_own_history(format_seed(remote, port) if port else remote)
         if self.rep.fleet_changes != self._fleet_seen:  # the caller's retry must find us on the new key
             await self.refresh_keys()
         self.run(self.core.recovered("our replica", "store"))

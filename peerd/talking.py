@@ -125,6 +125,7 @@ class Talking(NodeBase):
         if peer.source == "seed" and self.seeds is not None:
             self.seeds.report_success(peer.host, peer.port)
         self.run(self.core.round_done(peer, result, marks, before, self.clock.now()))
+        await self.note_own_history(peer.addr)
         if result.pulled >= TRIM_AFTER_PULLED:
             await self.offload(memory.trim)  # a big pull leaves freed pages in malloc (peerd.memory)
         return result

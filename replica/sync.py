@@ -27,7 +27,7 @@ from replica import firstseen, fleetstore, membership, project, purge, retention
 from replica import hlc as hlcmod
 from replica import ops as opsmod
 from replica.checks import check_count
-from replica.codec import pack
+from replica.codec import pack, unpack
 from replica.core import LAST_OWN, ReplicaCore
 from replica.errors import InvalidOp
 from replica.models import ApplyResult, Page
@@ -45,8 +45,21 @@ ALL, V1_RUN, V1_ALL = "all", "v1-run", "v1-all"
 MODES = (ALL, V1_RUN, V1_ALL)
 
 
+OWN_AHEAD_META = "own_history_ahead"  # the first op of ours a peer brought that we never held (peerd.forks)
+
+
+def _note_own_ahead(cur: Any, seq: int, self_oid: int) -> None:
+    """Remember (once, in the replica) that a peer held an op of ours we did not: our own newest seq
+    before it, and its seq. Only a copy of a home put back (or one node key in two homes) does that."""
+    if cur.execute("SELECT 1 FROM meta WHERE k = ?", (OWN_AHEAD_META,)).fetchone():
+        return
+    ours = cur.execute("SELECT coalesce(max(seq), 0) FROM ops WHERE oid = ? AND seq < ?", (self_oid, seq)).fetchone()[0]
+    cur.execute("INSERT INTO meta(k, v) VALUES (?, ?)", (OWN_AHEAD_META, pack([seq, int(ours)])))
+
+
 class Sync(ReplicaCore):
     fleet_changes = 0  # membership ops (admit, rekey) applied or written by this object: a cheap "look again"
+    own_arrivals = 0  # ops of our own origin a peer brought that we never held (``own_history_ahead``)
 
     def vector(self) -> dict[bytes, int]:
         """Origin key -> highest seq held contiguously."""
@@ -157,6 +170,9 @@ class Sync(ReplicaCore):
                 new_index.append(position)
                 touched.setdefault(oid, [])
                 fleet_ops = fleet_ops or op.kind in membership.KINDS
+                if oid == self._self_oid:  # an op of ours we never held: this replica is an older copy
+                    _note_own_ahead(cur, op.seq, self._self_oid)
+                    self.own_arrivals += 1
         for oid, gone in touched.items():
             _advance(cur, oid, gone)
         return new, new_index, refused, fleet_ops
@@ -246,6 +262,16 @@ class Sync(ReplicaCore):
                 "max_lseq": one(_NEWEST),
                 "newer_ops": one("SELECT count(*) FROM ops WHERE newer IS NOT NULL"),
             }
+
+    def own_history_ahead(self) -> tuple[int, int] | None:
+        """(their seq, our newest seq before it) of the first op of ours a peer brought that this
+        replica never held, or None: the sign of a home that is an older copy of itself."""
+        with self._store.read() as cur:
+            row = cur.execute("SELECT v FROM meta WHERE k = ?", (OWN_AHEAD_META,)).fetchone()
+        if row is None:
+            return None
+        theirs, ours = unpack(bytes(row[0]))
+        return int(theirs), int(ours)
 
     def newer_ops(self) -> dict[str, int]:
         """Ops held that this release does not fully understand (written by a newer release), by
