@@ -27,6 +27,7 @@ from replica import (
 )
 from replica.feed import Waiter
 from replica.names import same_name
+from replica.service import Service
 
 T = TypeVar("T")
 Wire = dict[str, Any]  # a result in its output model's wire form (aliases, field order, JSON values)
@@ -67,14 +68,22 @@ class Call:
         """Run ``fn(replica, *args)`` on a worker thread."""
         return await asyncio.to_thread(fn, self.env.replica(), *args)
 
+    async def serve(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(service, *args)`` (a ``replica.service.Service`` method) on a worker thread."""
+        return await asyncio.to_thread(_served, fn, self.env.replica(), args)
+
+
+def _served(fn: Callable[..., T], replica: Replica, args: tuple[Any, ...]) -> T:
+    return fn(Service(replica), *args)
+
 
 @dataclass(frozen=True)
 class ToolSpec(Generic[A, R]):
     name: str
     description: str
     args: type[A]
-    out: type[R]
-    handler: Callable[[Call, A], Awaitable[R | Wire]]
+    out: type[R] | None  # None: no output schema (a result that may be null, as get_profile's)
+    handler: Callable[[Call, A], Awaitable[R | Wire | None]]
     annotations: ToolAnnotations
 
 

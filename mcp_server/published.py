@@ -34,7 +34,7 @@ def tool_models() -> list[tuple[type[BaseModel], type[BaseModel]]]:
     from mcp_server.channel import ReplayArgs, ReplayOut  # noqa: PLC0415 - only generating needs them
     from mcp_server.tools import TOOLS  # noqa: PLC0415
 
-    return [(spec.args, spec.out) for spec in TOOLS] + [(ReplayArgs, ReplayOut)]
+    return [(spec.args, spec.out) for spec in TOOLS if spec.out is not None] + [(ReplayArgs, ReplayOut)]
 
 
 def generate(models: Iterable[tuple[type[BaseModel], type[BaseModel]]]) -> Schemas:

@@ -33,8 +33,8 @@ class Snake(BaseModel):
 class SentOut(Camel):
     message_id: str = Field(description="Message id; pass it to message_status or get_message.")
     sender: str = Field(validation_alias="from", serialization_alias="from")
-    channel: str
     from_instance_id: str | None
+    channel: str
     instance_id: str | None
     recipients: list[str] = Field(description="Roles the message is addressed to ('broadcast' for everyone).")
     created_at: int = Field(description="Unix ms.")
@@ -46,15 +46,17 @@ class SentOut(Camel):
         "checked an inbox): likely a typo. The message is stored all the same and waits for them.")
     known_roles: list[str] | None = Field(
         None, description="When some recipients are unknown: roles this node knows, closest spellings first.")
+    warning: str | None = Field(None, description="A sentence when some recipients are unknown (also the "
+                                "result's second text).")
 
 
 class InboxItem(Camel):
     message_id: str
-    receipt_id: str = Field(description="Pass to mark_as_read once handled.")
     sender: str = Field(validation_alias="from", serialization_alias="from")
     from_instance_id: str | None
     channel: str
     instance_id: str | None = Field(description="The instance it was sent to, if only one.")
+    receipt_id: str = Field(description="Pass to mark_as_read once handled.")
     content: str
     created_at: int = Field(description="Unix ms.")
     delivered_at: int | None
@@ -75,7 +77,9 @@ class MarkedOut(Camel):
     marked_as_read: int = Field(description="How many receipts became read by this call.")
     marked: int = Field(description="The same count (peerd's older name).")
     unknown: list[str] = Field(description="Receipt ids this node does not know (nothing marked for them).")
-    not_yours: list[str] = Field(description="Receipts of other roles than callerOrchestrator (left unread).")
+    not_yours: list[str] = Field(description="Receipts of other roles than callerOrchestrator (always empty: "
+                                 "such a call is refused).")
+    warning: str | None = Field(None, description="A sentence naming the ids not marked, and why.")
 
 
 class MessageOut(Camel):
@@ -131,6 +135,7 @@ class KeywordOut(Camel):
 
 
 class ProfileOut(Camel):
+    profile_id: str
     orchestrator_id: str
     instance_id: str | None
     name: str

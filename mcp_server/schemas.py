@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
 
 from replica.api import DEFAULT_LIMIT, MAX_LIMIT
 from replica.checks import MAX_SEQ
@@ -117,7 +117,7 @@ class CheckMessagesArgs(Args):
                           "or a time, as Unix ms (10^11 and up) or ISO-8601.",
     )
     limit: int = Field(CHECK_LIMIT, ge=1, le=MAX_LIMIT, description=f"Most messages to return (default {CHECK_LIMIT}).")
-    wait: float = Field(0.0, ge=0, description=_WAIT)
+    wait: float = Field(0.0, ge=0, le=MAX_WAIT_SECONDS, description=_WAIT)
     tenant_id: str | None = Field(None, alias="tenantId", description="Only messages of this tenant.")
 
 
@@ -127,7 +127,11 @@ def _receipt_ids(value: object) -> object:
     return [value] if isinstance(value, str) else value
 
 
-ReceiptIds = Annotated[list[str], BeforeValidator(_receipt_ids)]
+ReceiptIds = Annotated[list[str], BeforeValidator(_receipt_ids), WithJsonSchema({
+    "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                                   "maxItems": MAX_LIMIT}],
+    "description": "Receipt ids from check_messages (receiptId, not messageId): a list, or one id.",
+})]
 
 
 class MarkAsReadArgs(Args):
@@ -264,7 +268,7 @@ class DeleteAccountArgs(Args):
 
 class CreateThreadArgs(Args):
     participant_names: NameList = Field(
-        min_length=2, max_length=MAX_LIMIT, description="Names of at least two existing agents."
+        max_length=MAX_LIMIT, json_schema_extra={"minItems": 2}, description="Names of at least two existing agents."
     )
 
 
@@ -288,7 +292,7 @@ class PollArgs(Args):
     after_seq: int = Field(0, ge=0, le=MAX_SEQ,
                            description="Only messages with seq greater than this (0 = from the start).")
     limit: int = Field(MAX_LIMIT, ge=1, le=MAX_LIMIT, description="Most messages to return.")
-    wait: float = Field(0.0, ge=0, description=_WAIT)
+    wait: float = Field(0.0, ge=0, le=MAX_WAIT_SECONDS, description=_WAIT)
 
 
 class MarkReadArgs(Args):

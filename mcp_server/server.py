@@ -27,7 +27,7 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult, ContentBlock, TextContent
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mcp_server import published, resources
@@ -100,11 +100,19 @@ def describe_invalid(exc: ValidationError, model: type[BaseModel]) -> str:
     return "; ".join(parts)
 
 
-def success_result(out: BaseModel | Wire) -> CallToolResult:
-    """``out`` as structured content and JSON text; a ``Wire`` dict is already in wire form."""
+def success_result(out: BaseModel | Wire | None) -> CallToolResult:
+    """``out`` as structured content and JSON text; a ``Wire`` dict is already in wire form. A
+    result's ``warning`` sentence is also a text of its own, after the JSON, so an agent that
+    reads the text meets it. ``None`` (VantagePeers' ``null``) is the text ``null`` alone."""
+    if out is None:
+        return CallToolResult(content=[TextContent(type="text", text="null")])
     data = out if isinstance(out, dict) else out.model_dump(mode="json", by_alias=True)
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+    content: list[ContentBlock] = [TextContent(type="text", text=text)]
+    warning = data.get("warning")
+    if isinstance(warning, str):
+        content.append(TextContent(type="text", text=f"warning: {warning}"))
+    return CallToolResult(content=content, structured_content=data)
 
 
 def _pick(values: object, key: str) -> str | None:
@@ -177,7 +185,8 @@ def make_tool(spec: ToolSpec[Any, Any], env: Env) -> Tool:
         parameters=published.input_schema(spec.args),
         # No output_model: the SDK would validate every result against it again, and a result is
         # its model's dump already (or, for the hot tools, its wire form: tests check both).
-        fn_metadata=FuncMetadata(arg_model=_RawArguments, output_schema=published.output_schema(spec.out)),
+        fn_metadata=FuncMetadata(arg_model=_RawArguments,
+                                 output_schema=None if spec.out is None else published.output_schema(spec.out)),
         is_async=True,
         context_kwarg="ctx",
         annotations=spec.annotations,

@@ -59,86 +59,50 @@ from mcp_server.threadtools import (
 from mcp_server.views import (
     decode_cursor,
     encode_cursor,
-    inbox_item,
     merge_peers,
-    message_out,
-    ms,
     peers_page,
     profile_result,
 )
-from replica import (
-    Inbox,
-    MessageRecord,
-    Profile,
-    RecipientCheck,
-    Replica,
-    SentMessage,
-)
+from replica import Profile, Replica
 from replica.api import now_ms
-from replica.stamps import ms_of_iso, parse_since
+from replica.service import Service
+from replica.stamps import ms_of_iso
+from replica.wire import message_view, ms
 
 __all__ = ["TOOLS", "Call", "Env", "FleetIdProvider", "SessionBinding", "ToolSpec", "Wire", "merge_peers"]
 
 INBOX_BYTES = 40_000  # VantagePeers' byte budget of one check_messages page (at least one message)
 
 
-def _send_checked(r: Replica, sender: str, a: s.SendMessageArgs,
-                  from_inst: str | None) -> tuple[RecipientCheck, SentMessage, MessageRecord]:
-    """Which recipients were never seen (asked before the send, which makes the sender known), the
-    send, and the message as stored (its session day and tenant)."""
-    check = r.recipient_check(a.channel)
-    sent = r.send_message(sender, a.channel, a.content, a.instance_id, from_inst, session_day=a.session_day,
-                          tenant_id=a.tenant_id)
-    return check, sent, r.get_message(sent.id)
-
-
 async def send_message(call: Call, a: s.SendMessageArgs) -> Wire:
     sender = role_of(a.sender, call.bind, "from")
     from_inst = instance_of(a.from_instance_id, sender, call.bind)
-    check, sent, m = await call.run(_send_checked, sender, a, from_inst)
-    return {"messageId": sent.id, "from": sender, "channel": a.channel.strip(), "fromInstanceId": from_inst,
-            "instanceId": a.instance_id, "recipients": list(sent.recipients), "createdAt": ms_of_iso(sent.created),
-            "sessionDay": m.session_day, "tenantId": m.tenant, "seq": sent.seq,
-            "unknownRecipients": list(check.unknown_recipients),
-            "knownRoles": list(check.known_roles) if check.unknown_recipients else None}
+    def send(svc: Service) -> Wire:
+        return svc.send(sender, a.channel, a.content, instance=a.instance_id, from_instance=from_inst,
+                        session_day=a.session_day, tenant=a.tenant_id).wire()
+
+    return await call.serve(send)
 
 
 async def check_messages(call: Call, a: s.CheckMessagesArgs) -> Wire:
     role = role_of(a.recipient, call.bind, "recipient")
     inst = instance_of(a.recipient_instance_id, role, call.bind)
 
-    def read(r: Replica) -> Inbox:
-        since = parse_since(a.since, now_ms=now_ms(), newest=r.max_lseq())
-        return r.check_messages(role, inst, since.cursor, a.limit, arrived_after_ms=since.arrived_after_ms,
-                                max_bytes=INBOX_BYTES, tenant_id=a.tenant_id)
+    def read(svc: Service) -> Wire:
+        return svc.inbox(role, inst, a.since, a.limit, max_bytes=INBOX_BYTES, tenant=a.tenant_id, now_ms=now_ms())
 
     async def look() -> Wire:
-        inbox = await call.run(read)
-        return {"recipient": role, "recipientInstanceId": inst, "messages": [inbox_item(m) for m in inbox.messages],
-                "cursor": inbox.cursor, "truncated": inbox.truncated,
-                "nextSince": inbox.cursor if inbox.truncated else None}
+        return await call.serve(read)
 
     return await wait_for_data(call, look, lambda out: bool(out["messages"]), a.wait)
 
 
-async def mark_as_read(call: Call, a: s.MarkAsReadArgs) -> s.MarkedOut:
-    done = await call.run(Replica.mark_receipts, a.receipt_ids, a.caller_orchestrator)
-    return s.MarkedOut(marked_as_read=done.marked, marked=done.marked, unknown=done.unknown, not_yours=done.not_yours)
+async def mark_as_read(call: Call, a: s.MarkAsReadArgs) -> Wire:
+    return (await call.serve(Service.mark, a.receipt_ids, a.caller_orchestrator)).wire()
 
 
-def _status(r: Replica, mid: str) -> s.StatusOut:
-    m = r.get_message(mid)
-    recipients = [
-        s.RecipientOut(role=x.role, instance_id=x.instance, receipt_id=x.receipt_id, state=x.state,
-                       delivered_at=ms(x.delivered_at), read_at=ms(x.read_at))
-        for x in r.message_status(mid)
-    ]
-    return s.StatusOut(message_id=m.id, retracted=m.retracted is not None, retracted_at=ms(m.retracted),
-                       recipients=recipients)
-
-
-async def message_status(call: Call, a: s.MessageStatusArgs) -> s.StatusOut:
-    return await call.run(_status, a.message_id)
+async def message_status(call: Call, a: s.MessageStatusArgs) -> Wire:
+    return await call.serve(Service.status, a.message_id)
 
 
 def _broadcast_status(r: Replica, mid: str, limit: int) -> s.BroadcastStatusOut:
@@ -157,30 +121,24 @@ async def list_broadcast_status(call: Call, a: s.BroadcastStatusArgs) -> s.Broad
     return await call.run(_broadcast_status, a.message_id, a.limit)
 
 
-async def get_message(call: Call, a: s.MessageIdArgs) -> s.MessageOut:
-    return message_out(await call.run(Replica.get_message, a.message_id))
+async def get_message(call: Call, a: s.MessageIdArgs) -> Wire:
+    return await call.serve(Service.message, a.message_id)
 
 
-def _list_messages(r: Replica, a: s.ListMessagesArgs) -> s.MessagePageOut:
+def _list_messages(r: Replica, a: s.ListMessagesArgs) -> Wire:
     page = r.list_messages(session_day=a.session_day, from_=a.sender, tenant_id=a.tenant_id,
                            before=decode_cursor(a.cursor, "before"), limit=a.limit)
-    return s.MessagePageOut(items=[message_out(m) for m in page.messages],
-                            next_cursor=None if page.before is None else encode_cursor({"before": page.before}))
+    return {"items": [message_view(m) for m in page.messages],
+            "nextCursor": None if page.before is None else encode_cursor({"before": page.before})}
 
 
-async def list_messages(call: Call, a: s.ListMessagesArgs) -> s.MessagePageOut:
+async def list_messages(call: Call, a: s.ListMessagesArgs) -> Wire:
     return await call.run(_list_messages, a)
 
 
-def _delete_message(r: Replica, mid: str, caller: str) -> s.RetractedOut:
-    m = r.retract_message(mid, caller)
-    return s.RetractedOut(deleted=True, message_id=m.id, receipts_deleted=r.receipt_count(m.id),
-                          retracted_at=ms(m.retracted))
-
-
-async def delete_message(call: Call, a: s.DeleteMessageArgs) -> s.RetractedOut:
+async def delete_message(call: Call, a: s.DeleteMessageArgs) -> Wire:
     caller = role_of(a.caller_orchestrator, call.bind, "callerOrchestrator")
-    return await call.run(_delete_message, a.message_id, caller)
+    return await call.serve(Service.retract, a.message_id, caller)
 
 
 def _search(r: Replica, a: s.SearchMessagesArgs) -> s.SearchOut:
@@ -199,13 +157,13 @@ async def search_messages(call: Call, a: s.SearchMessagesArgs) -> s.SearchOut:
     return await call.run(_search, a)
 
 
-def _keyword_search(r: Replica, a: s.KeywordSearchArgs) -> s.KeywordOut:
+def _keyword_search(r: Replica, a: s.KeywordSearchArgs) -> Wire:
     hits = r.search_messages(a.query, from_=a.sender, exact_channel=a.channel, session_day=a.session_day,
                              tenant_id=a.tenant_id, limit=a.limit, prefix=True)
-    return s.KeywordOut(query=a.query, items=[message_out(r.get_message(h.id)) for h in hits if h.thread is None])
+    return {"query": a.query, "items": [message_view(r.get_message(h.id)) for h in hits if h.thread is None]}
 
 
-async def search_messages_by_keyword(call: Call, a: s.KeywordSearchArgs) -> s.KeywordOut:
+async def search_messages_by_keyword(call: Call, a: s.KeywordSearchArgs) -> Wire:
     return await call.run(_keyword_search, a)
 
 
@@ -237,9 +195,9 @@ async def update_profile(call: Call, a: s.UpdateProfileArgs) -> s.ProfileResult:
     return profile_result(oid, await call.run(update))
 
 
-async def get_profile(call: Call, a: s.GetProfileArgs) -> s.ProfileResult:
+async def get_profile(call: Call, a: s.GetProfileArgs) -> Wire | None:
     oid = role_of(a.orchestrator_id, call.bind, "orchestratorId")
-    return profile_result(oid, await call.run(Replica.get_profile, oid, a.instance_id))
+    return await call.serve(Service.profile, oid, a.instance_id)
 
 
 async def set_summary(call: Call, a: s.SetSummaryArgs) -> s.SummaryOut:
@@ -290,8 +248,9 @@ TOOLS: tuple[ToolSpec[Any, Any], ...] = (
     ToolSpec("update_profile", "Create or update a profile: name, static {role, workspace, capabilities}, "
              "dynamic {currentTask, ...}; merged key by key.", s.UpdateProfileArgs, s.ProfileResult,
              update_profile, _SET),
-    ToolSpec("get_profile", "Read a role's profile (name, static identity, dynamic state); profile is null "
-             "if it has none.", s.GetProfileArgs, s.ProfileResult, get_profile, _READ),
+    ToolSpec("get_profile", "Read a role's profile: {orchestratorId, name, static {role, workspace, "
+             "capabilities}, dynamic {currentTask, lastSeen, sessionCount}}; null if it has none.",
+             s.GetProfileArgs, None, get_profile, _READ),
     ToolSpec("message_status", "Show, for each recipient of a message, whether it is pending, delivered "
              "or read.", s.MessageStatusArgs, s.StatusOut, message_status, _READ),
     ToolSpec("search_messages", "Full-text search over every message this node holds (all words must match), "

@@ -1,6 +1,6 @@
-"""From replica values to tool results, as pure functions: VantagePeers' names and forms
-(``messageId``, ``from``, ``createdAt`` in Unix ms ...), the list cursors, and the peer list merged
-from profiles and senders.
+"""From replica values to tool results, as pure functions: the list cursors, the peer list merged
+from profiles and senders; messages, receipts and profiles are ``replica.wire``'s views, the same
+for every door.
 
 Invariants: pure (values in, values out; no replica, no I/O); the hot results (``inbox_item``,
 ``peers_page``) are built as plain ``Wire`` dicts already in their output model's wire form (names,
@@ -19,21 +19,15 @@ from typing import Any
 from mcp_server import schemas as s
 from mcp_server.calls import Wire
 from replica import (
-    InboxMessage,
     InvalidArgument,
-    MessageRecord,
     Profile,
     SenderSeen,
 )
 from replica.names import name_key
-from replica.stamps import iso_ms, ms_of_iso
+from replica.stamps import iso_ms
+from replica.wire import ms, profile_view
 
 RECENT_MS = 15 * 60 * 1000  # "reachable": seen in the last 15 minutes
-
-
-def ms(stamp: str | None) -> int | None:
-    """A replica time (ISO-8601, millisecond precision) as Unix ms, as VantagePeers shows times."""
-    return None if stamp is None else ms_of_iso(stamp)
 
 
 def encode_cursor(payload: dict[str, Any]) -> str:
@@ -55,36 +49,10 @@ def decode_cursor(token: str | None, key: str) -> Any:
     return payload[key]
 
 
-def message_out(m: MessageRecord) -> s.MessageOut:
-    return s.MessageOut(message_id=m.id, sender=m.sender, from_instance_id=m.sender_instance, channel=m.channel,
-                        instance_id=m.target_instance, thread_id=m.thread, content=m.content,
-                        created_at=ms_of_iso(m.created), session_day=m.session_day, tenant_id=m.tenant, seq=m.seq,
-                        retracted=m.retracted is not None, retracted_at=ms(m.retracted))
-
-
-def inbox_item(m: InboxMessage) -> Wire:
-    """``s.InboxItem`` in wire form."""
-    return {"messageId": m.id, "receiptId": m.receipt_id, "from": m.sender, "fromInstanceId": m.sender_instance,
-            "channel": m.channel, "instanceId": m.target_instance, "content": m.content,
-            "createdAt": ms_of_iso(m.created), "deliveredAt": ms(m.delivered_at), "readAt": ms(m.read_at),
-            "seq": m.seq}
-
-
-def profile_out(p: Profile) -> s.ProfileOut:
-    """A profile with VantagePeers' defaults for what was never written (shown, not stored)."""
-    static = {**p.static, **{k: v for k, v in (("role", ""), ("workspace", ""), ("capabilities", []))
-                             if k not in p.static}}
-    dynamic = {**p.dynamic, **{k: v for k, v in (("lastSeen", ms(p.updated)), ("sessionCount", 0))
-                               if k not in p.dynamic}}
-    return s.ProfileOut(orchestrator_id=p.orchestrator_id, instance_id=p.instance_id,
-                        name=p.name if p.name is not None else p.instance_id or p.orchestrator_id,
-                        static=static, dynamic=dynamic, created_at=ms(p.created), updated_at=ms(p.updated))
-
-
 def profile_result(oid: str, p: Profile | None) -> s.ProfileResult:
     if p is None:
         return s.ProfileResult(profile_id=None, orchestrator_id=oid, name=None, profile=None)
-    out = profile_out(p)
+    out = s.ProfileOut.model_validate(profile_view(p))
     return s.ProfileResult(profile_id=p.profile_id, orchestrator_id=p.orchestrator_id, name=out.name, profile=out)
 
 

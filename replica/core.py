@@ -13,10 +13,11 @@ Invariants:
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from replica import firstseen, project, routing, store
 from replica import hlc as hlcmod
@@ -26,6 +27,8 @@ from replica.checks import chunks
 from replica.errors import InvalidArgument, InvalidOp
 from replica.ops import KIND_MSG, KIND_SET, MAX_WRITES_PER_OP, Op
 from replica.store import Store
+
+T = TypeVar("T")
 
 Listener = Callable[[], None]
 BodyMaker = Callable[[int, int], dict[str, Any]]
@@ -125,7 +128,16 @@ class ReplicaCore:
 
     def _write(self, kind: str, make_body: BodyMaker) -> tuple[int, Op]:
         """Create, sign and store one local op; ``make_body(seq, hlc)`` builds its body."""
+        lseq, op, _after = self._write_then(kind, make_body, None)
+        return lseq, op
+
+    def _write_then(self, kind: str, make_body: BodyMaker, after: Callable[[sqlite3.Cursor, Op], T] | None,
+                    before: Callable[[sqlite3.Cursor], object] | None = None) -> tuple[int, Op, T | None]:
+        """``_write`` with ``before(cur)`` run first and ``after(cur, op)`` (a read-back of what the op
+        stored) last, in the same transaction: one lock and one commit for a write and its answer."""
         with self._store.write() as cur:
+            if before is not None:
+                before(cur)
             top, last, arrived = cur.execute(LAST_OWN, (self._self_oid,)).fetchone()
             seq = int(top or 0) + 1
             now = self._wall()  # one reading: a local op arrives when it is created
@@ -142,8 +154,9 @@ class ReplicaCore:
             op = opsmod.local_op(Op(self.node_key, seq, stamp, kind, body, raw))
             lseq = project.store_op(cur, self._self_oid, op, max(now, int(arrived or 0)))
             assert lseq is not None
+            extra = None if after is None else after(cur, op)
         self._notify()
-        return lseq, op
+        return lseq, op, extra
 
     def _first_seen(self, role: str, now: int) -> tuple[int, list[list[Any]]]:
         """When ``role`` was first seen in the fleet (``now`` if never), and the write that

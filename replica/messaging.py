@@ -95,6 +95,35 @@ def _record(r: Any) -> MessageRecord:
                          retracted=None if r[11] is None else hlcmod.to_iso(r[11]))
 
 
+def _message_body(from_: str, channel: str, content: str, instance_id: str | None, from_instance_id: str | None, *,
+                  session_day: int | None, tenant_id: str | None) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """A message op's body from checked arguments, and the roles its channel names."""
+    sender = required_name(from_, "from")
+    roles = routing.parse_channel(required_name(channel, "channel"))
+    if not roles:
+        raise InvalidArgument("channel names no role")
+    body: dict[str, Any] = {
+        "f": sender, "fi": check_name(from_instance_id, "fromInstanceId", optional=True),
+        "c": ",".join(roles), "ti": check_name(instance_id, "instanceId", optional=True),
+        "t": None, "x": check_content(content),
+    }
+    day = check_session_day(session_day)
+    tenant = check_name(tenant_id, "tenantId", optional=True)
+    if day is not None:
+        body["sd"] = day
+    if tenant is not None:
+        body["tn"] = tenant
+    return body, roles
+
+
+def _check(cur: Any, roles: tuple[str, ...]) -> RecipientCheck:
+    if roles == (routing.BROADCAST,):
+        return RecipientCheck((), ())
+    unknown = tuple(r for r in roles if not _addressable(cur, r))
+    known = firstseen.known_roles(cur) if unknown else []
+    return RecipientCheck(unknown, tuple(firstseen.hint(unknown, known)))
+
+
 def check_session_day(value: object) -> int | None:
     return None if value is None else check_count(value, "sessionDay", low=1, high=MAX_SESSION_DAY)
 
@@ -105,34 +134,38 @@ class Messaging(ReplicaCore):
                      tenant_id: str | None = None) -> SentMessage:
         """Send ``content`` from role ``from_`` to a role, roles, or ``broadcast``. ``session_day``
         (VantagePeers' day number) defaults to the day of sending; ``tenant_id`` is stored as given."""
-        sender = required_name(from_, "from")
-        roles = routing.parse_channel(required_name(channel, "channel"))
-        if not roles:
-            raise InvalidArgument("channel names no role")
-        body: dict[str, Any] = {
-            "f": sender, "fi": check_name(from_instance_id, "fromInstanceId", optional=True),
-            "c": ",".join(roles), "ti": check_name(instance_id, "instanceId", optional=True),
-            "t": None, "x": check_content(content),
-        }
-        day = check_session_day(session_day)
-        tenant = check_name(tenant_id, "tenantId", optional=True)
-        if day is not None:
-            body["sd"] = day
-        if tenant is not None:
-            body["tn"] = tenant
+        body, roles = _message_body(from_, channel, content, instance_id, from_instance_id, session_day=session_day,
+                                    tenant_id=tenant_id)
         lseq, op = self._write(KIND_MSG, const_body(body))
         return SentMessage(opsmod.message_id(op.origin, op.seq), lseq, hlcmod.to_iso(op.hlc), op.hlc, roles)
+
+    def send_checked(self, from_: str, channel: str, content: str, instance_id: str | None = None,
+                     from_instance_id: str | None = None, *, session_day: int | None = None,
+                     tenant_id: str | None = None) -> tuple[SentMessage, RecipientCheck, MessageRecord]:
+        """``send_message``, with ``recipient_check`` (asked before the write) and the message as
+        stored (``get_message``), all in the write's one transaction."""
+        body, roles = _message_body(from_, channel, content, instance_id, from_instance_id, session_day=session_day,
+                                    tenant_id=tenant_id)
+        checks: list[RecipientCheck] = []
+
+        def check(cur: Any) -> None:
+            checks.append(_check(cur, roles))
+
+        def read_back(cur: Any, op: opsmod.Op) -> MessageRecord:
+            row = project.find_message(cur, opsmod.message_id(op.origin, op.seq), _RECORD)
+            return _record(row)
+
+        lseq, op, record = self._write_then(KIND_MSG, const_body(body), read_back, check)
+        assert record is not None
+        sent = SentMessage(record.id, lseq, record.created, op.hlc, roles)
+        return sent, checks[0], record
 
     def recipient_check(self, channel: str) -> RecipientCheck:
         """Which roles ``channel`` names that this replica has never seen, to warn a sender
         (a message to them is still stored: the role may appear later, or on a peer)."""
         roles = routing.parse_channel(required_name(channel, "channel"))
-        if roles == (routing.BROADCAST,):
-            return RecipientCheck((), ())
         with self._store.read() as cur:
-            unknown = tuple(r for r in roles if not _addressable(cur, r))
-            known = firstseen.known_roles(cur) if unknown else []
-        return RecipientCheck(unknown, tuple(firstseen.hint(unknown, known)))
+            return _check(cur, roles)
 
     def position_at(self, arrived_ms: int) -> int:
         """The last local position that had arrived at or before ``arrived_ms`` (Unix ms)."""
@@ -221,8 +254,9 @@ class Messaging(ReplicaCore):
         )
 
     def mark_receipts(self, receipt_ids: Sequence[str], caller: str | None = None) -> MarkResult:
-        """Record *read* for each known receipt; report unknown ids, and with ``caller`` (a role)
-        leave unmarked and report the receipts of other roles. Repeated ids count once."""
+        """Record *read* for each known receipt and report unknown ids (and which of them are
+        message ids); with ``caller`` (a role), receipts of other roles are reported and then
+        nothing is marked (VantagePeers' scope guard). Repeated ids count once."""
         if isinstance(receipt_ids, str) or not isinstance(receipt_ids, Sequence):
             raise InvalidArgument("receiptIds must be a list of receipt ids")
         ids = list(dict.fromkeys(required_name(r, "receipt id") for r in receipt_ids))
@@ -239,19 +273,21 @@ class Messaging(ReplicaCore):
                     chunk,
                 )
             }
-        unknown = [r for r in ids if r not in found]
+            unknown = [r for r in ids if r not in found]
+            messages = {r for r in unknown[:MAX_LIMIT] if project.find_message(cur, r, "m.lseq") is not None}
         not_yours = [r for r in ids if r in found and who is not None and found[r][1] != who]
         now = self._wall()
         writes: list[list[Any]] = []
         for rid in ids:
-            if rid not in found or rid in not_yours:
+            if rid not in found or not_yours:
                 continue
             msg_id, role, inst, delivered, read = found[rid]
             if read is None:
                 writes += read_writes([msg_id, role, inst], delivered, now)
         if writes:
             self._set(writes)
-        return MarkResult(sum(1 for w in writes if w[2] == "r"), unknown, not_yours)
+        return MarkResult(sum(1 for w in writes if w[2] == "r"), unknown, not_yours,
+                          [r for r in unknown if r in messages], {r: found[r][1] for r in not_yours})
 
     def mark_as_read(self, receipt_ids: Sequence[str]) -> int:
         """Record *read* for each receipt; returns how many were newly read. All or nothing:

@@ -64,6 +64,8 @@ class MarkResult(_Dict):
     marked: int
     unknown: list[str]
     not_yours: list[str]
+    message_ids: list[str] = field(default_factory=list)  # unknown ids that are message ids (a common slip)
+    owners: dict[str, str] = field(default_factory=dict)  # each of not_yours: the role it is addressed to
 
 
 @dataclass(frozen=True)

@@ -108,7 +108,10 @@ async def test_every_tool_is_listed_with_schemas_and_one_line_description(node: 
             assert tool.input_schema["type"] == "object"
             assert tool.input_schema["additionalProperties"] is False
             assert "title" not in json.dumps({k: v for k, v in tool.input_schema.items() if k != "properties"})
-            assert tool.output_schema is not None and tool.output_schema["type"] == "object"
+            if tool.name == "get_profile":  # VantagePeers answers the profile itself, or null
+                assert tool.output_schema is None
+            else:
+                assert tool.output_schema is not None and tool.output_schema["type"] == "object"
 
 
 async def test_argument_names_are_exactly_the_established_ones(node: Node) -> None:
@@ -205,7 +208,7 @@ async def test_session_binding_fills_role_and_instance_and_arguments_win(node: N
         assert (inbox["recipient"], inbox["recipientInstanceId"]) == ("alpha", "a1")
         assert [m["content"] for m in inbox["messages"]] == ["explicit"]
         assert (await ok(c, "update_profile", dynamic="busy"))["orchestratorId"] == "alpha"
-        assert (await ok(c, "get_profile"))["profile"]["dynamic"]["currentTask"] == "busy"
+        assert (await ok(c, "get_profile"))["dynamic"]["currentTask"] == "busy"
 
 
 async def test_profiles_update_fieldwise_and_peers_list_them(node: Node) -> None:
@@ -216,7 +219,7 @@ async def test_profiles_update_fieldwise_and_peers_list_them(node: Node) -> None
         prof = got["profile"]
         assert (got["name"], prof["static"]["role"], prof["dynamic"]["currentTask"]) == (
             "Alpha", "builds things", "reviewing #12")
-        assert await ok(client, "get_profile", orchestratorId="alpha") == got
+        assert await ok(client, "get_profile", orchestratorId="alpha") == got["profile"]
         peers = (await ok(client, "list_peers"))["items"]
         assert [(p["id"], p["name"], p["role"], p["currentTask"], p["reachable"]) for p in peers] == [
             ("alpha", "Alpha", "builds things", "reviewing #12", True)]
@@ -322,7 +325,7 @@ BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("delete_account", {"agent_id": "ag_0000"}, "not_found: unknown agent_id 'ag_0000'"),
     ("delete_account", {"agent_id": "alice"},
      "not_found: unknown agent_id 'alice'; the agent named 'alice' has agent_id 'ag_"),
-    ("create_thread", {"participant_names": ["alice"]}, "invalid_argument: 'participant_names'"),
+    ("create_thread", {"participant_names": ["alice"]}, "invalid_argument: need >=2 participants"),
     ("create_thread", {"participant_names": ["alice", "ghost"]}, "not_found: unknown agent 'ghost'"),
     ("create_thread", {"participant_names": ["alice", "alice"]}, "invalid_argument: need >=2 participants"),
     ("join_thread", {"thread_id": "nope", "agent_name": "carol"}, "not_found: unknown thread 'nope'"),
@@ -417,7 +420,7 @@ async def test_wait_times_out_empty_and_is_capped(node: Node, monkeypatch: pytes
         assert result["messages"] == [] and 0.3 <= time.monotonic() - started < patience(2)
         monkeypatch.setattr(s, "MAX_WAIT_SECONDS", 0.2)
         started = time.monotonic()
-        assert (await ok(client, "check_messages", recipient="nobody", wait=10_000))["messages"] == []
+        assert (await ok(client, "check_messages", recipient="nobody", wait=300))["messages"] == []
         assert time.monotonic() - started < patience(2)
 
 

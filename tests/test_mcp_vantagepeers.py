@@ -165,15 +165,15 @@ async def test_adding_an_orchestrator_example(kind: str, tmp_path: Path, fleet: 
 
         await call(client, "update_profile", {"orchestratorId": "Delta", "dynamic": {"currentTask": "ETL nightly"}})
         got = await call(client, "get_profile", {"orchestratorId": "DELTA"})
-        assert got["profile"]["static"]["capabilities"] == ["etl", "sql", "python"]
-        assert got["profile"]["dynamic"] == {"currentTask": "ETL nightly", "lastSeen": now, "sessionCount": 1}
+        assert got["static"]["capabilities"] == ["etl", "sql", "python"]  # the profile itself, as VantagePeers
+        assert got["dynamic"] == {"currentTask": "ETL nightly", "lastSeen": now, "sessionCount": 1}
         peers = (await call(client, "list_peers", {}))["items"]
         mine = next(p for p in peers if p["instanceId"] == "delta")
         assert (mine["id"], mine["name"], mine["role"], mine["currentTask"], mine["sessionCount"]) == (
             "delta", "Delta", "Spécialiste des pipelines de données", "ETL nightly", 1)
         assert {p["instanceId"] for p in peers} == {"delta", "delta-laptop"}  # the laptop is seen sending
-        unknown = await call(client, "get_profile", {"orchestratorId": "nobody"})
-        assert (unknown["profile"], unknown["profileId"]) == (None, None)
+        unknown = await client.call_tool("get_profile", {"orchestratorId": "nobody"})
+        assert (unknown.is_error, unknown.structured_content, text(unknown)) == (False, None, "null")
 
 
 async def test_check_messages_envelope_examples(kind: str, tmp_path: Path, fleet: Fleet) -> None:
@@ -272,8 +272,9 @@ async def test_broadcast_status_set_summary_and_list_peers_examples(kind: str, t
 
 
 async def test_ids_messages_history_and_delete_examples(kind: str, tmp_path: Path, fleet: Fleet) -> None:
-    """mark_as_read's id examples (one id, unknown ids reported), get_message, list_messages by day and
-    sender, keyword search, and delete_message by the sender only."""
+    """mark_as_read's id examples (one id; unknown ids and foreign receipts refused, as VantagePeers'
+    validation and scope guard do), get_message, list_messages by day and sender, keyword search, and
+    delete_message by the sender only."""
     async with vp_client(kind, tmp_path, fleet) as client:
         own = await call(client, "send_message", {"from": "alpha", "channel": "broadcast", "content": "alpha's own message"})
         got = await call(client, "get_message", {"messageId": own["messageId"]})
@@ -284,11 +285,12 @@ async def test_ids_messages_history_and_delete_examples(kind: str, tmp_path: Pat
         [msg] = [m for m in (await call(client, "check_messages", {"recipient": "omega"}))["messages"] if m["from"] == "pi"]
         for bad in ("not-an-id", "JN70TNQNSVBZH9W5KB8VAMFJR984VHN2", "jn70tnqnsvbzh9w5kb8vamfjr984",
                     "550e8400-e29b-41d4-a716-446655440000"):
-            assert (await call(client, "mark_as_read", {"receiptIds": [bad]}))["unknown"] == [bad]
+            assert (await refused(client, "mark_as_read", {"receiptIds": [bad]})).startswith("not_found")
         for bad in ("", []):
             assert (await refused(client, "mark_as_read", {"receiptIds": bad})).startswith("invalid_argument")
-        mixed = await call(client, "mark_as_read", {"receiptIds": [msg["receiptId"], "r_aaa"], "callerOrchestrator": "pi"})
-        assert (mixed["markedAsRead"], mixed["unknown"], mixed["notYours"]) == (0, ["r_aaa"], [msg["receiptId"]])
+        foreign = await refused(client, "mark_as_read", {"receiptIds": [msg["receiptId"], "r_aaa"],
+                                                         "callerOrchestrator": "pi"})
+        assert foreign.startswith("invalid_argument") and "addressed to 'omega', not to 'pi'" in foreign
         assert (await call(client, "mark_as_read", {"receiptIds": msg["receiptId"]}))["markedAsRead"] == 1
 
         await call(client, "send_message", {"from": "eta", "channel": "beta", "content": "day 88", "sessionDay": 88})

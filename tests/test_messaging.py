@@ -275,14 +275,17 @@ def test_inbox_all_keeps_read_messages_and_records_delivery(mem: Replica) -> Non
 
 
 def test_mark_receipts_marks_the_known_reports_unknown_and_keeps_to_the_caller(mem: Replica) -> None:
-    """Known receipts are marked, unknown ids reported (not failing the batch), and with a caller only
-    receipts of that role (by name key) are marked; the others are reported and stay unread."""
-    mem.send_message("alpha", "beta, gamma", "x")
+    """Known receipts are marked, unknown ids reported (not failing the batch, message ids among them
+    named), and with a caller a receipt of another role (by name key) is reported and nothing is marked."""
+    sent = mem.send_message("alpha", "beta, gamma", "x")
     beta = mem.check_messages("beta").messages[0].receipt_id
     gamma = mem.check_messages("gamma").messages[0].receipt_id
     done = mem.mark_receipts([beta, "no-such-receipt", gamma, beta], caller="BETA")
-    assert (done.marked, done.unknown, done.not_yours) == (1, ["no-such-receipt"], [gamma])
-    assert mem.check_messages("beta").messages == [] and len(mem.check_messages("gamma").messages) == 1
+    assert (done.marked, done.unknown, done.not_yours, done.owners) == (0, ["no-such-receipt"], [gamma],
+                                                                         {gamma: "gamma"})
+    assert len(mem.check_messages("beta").messages) == 1 and len(mem.check_messages("gamma").messages) == 1
+    done = mem.mark_receipts([beta, sent.id, "no-such-receipt"], caller="BETA")
+    assert (done.marked, done.unknown, done.message_ids) == (1, [sent.id, "no-such-receipt"], [sent.id])
     assert mem.mark_receipts([gamma]).marked == 1
     with pytest.raises(InvalidArgument, match="receipt id must be a non-empty string"):
         mem.mark_receipts([gamma, " "])

@@ -1,0 +1,184 @@
+"""The application service: each piece of work every door (MCP tools, the local API, the CLI
+online and offline, the dashboard) does on a replica, written once, answering one result in the
+one vocabulary (``replica.wire``).
+
+Invariants:
+* Each use case is one method here; the doors only parse their arguments, call it and print or
+  return its result. A door never restates a rule this module or ``Replica`` enforces.
+* A call that would change nothing because of its arguments is an error saying what to pass
+  instead: a message id given as a receipt id, receipt ids none of which is known, receipts of
+  another role than ``callerOrchestrator``. A partial batch marks the valid ids and names the
+  others (``unknown``, with a ``warning``). Each such error changed nothing.
+* A send to a role never seen succeeds (the message waits for it) and says so in a sentence
+  naming the closest known roles (``warning``).
+* A send's recipient check, its write and the read-back of what it stored are one transaction
+  (``Replica.send_checked``).
+* No asyncio: waiting is the caller's (``replica.feed``); the methods are synchronous and
+  short.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from replica import wire
+from replica.api import Replica
+from replica.errors import InvalidArgument, NotFound
+from replica.models import MarkResult, MessageRecord, Profile, RecipientCheck, SentMessage
+from replica.stamps import parse_since
+from replica.wire import Wire
+
+MAX_SHOWN = 5  # ids named in one error or warning sentence
+
+
+def _quoted(names: Sequence[str]) -> str:
+    shown = ", ".join(f"'{n}'" for n in names[:MAX_SHOWN])
+    return shown + (f" and {len(names) - MAX_SHOWN} more" if len(names) > MAX_SHOWN else "")
+
+
+def unknown_role_warning(check: RecipientCheck) -> str | None:
+    """The sentence a send to never-seen roles answers with (the message is stored all the same)."""
+    if not check.unknown_recipients:
+        return None
+    who = _quoted(check.unknown_recipients)
+    one = len(check.unknown_recipients) == 1
+    head = (f"no agent has used the role {who} yet: the message waits for {'it' if one else 'them'}"
+            if one else f"no agent has used the roles {who} yet: the message waits for them")
+    if not check.known_roles:
+        return head + "; this node knows no role yet."
+    return f"{head}. Did you mean {_quoted(check.known_roles[:3])}? Known roles: {', '.join(check.known_roles)}."
+
+
+def mark_problem(done: MarkResult, caller: str | None, asked: int) -> str | None:
+    """Why a mark call is refused (it marked nothing), or None: receipts of another role than
+    ``caller``, or ``asked`` ids none of which is a receipt this node knows."""
+    if done.not_yours:
+        owners = sorted(set(done.owners.values()))
+        return (f"receipt {_quoted(done.not_yours)} is addressed to {_quoted(owners)}, not to '{caller}' "
+                "(callerOrchestrator); pass only the receipts check_messages returned to you. Nothing was marked.")
+    if len(done.unknown) < asked:
+        return None
+    if done.message_ids:
+        what = "this is a messageId" if len(done.message_ids) == 1 else "these are messageIds"
+        return (f"{_quoted(done.message_ids)}: {what}; pass the receiptId that check_messages returned "
+                "(one per message and recipient). Nothing was marked.")
+    return (f"no receipt id this node knows among {_quoted(done.unknown)}: pass the receiptId values that "
+            "check_messages returned. Nothing was marked.")
+
+
+def mark_warning(done: MarkResult) -> str | None:
+    """The sentence a partial batch answers with: which ids were not marked, and why."""
+    parts = []
+    if done.message_ids:
+        parts.append(f"{_quoted(done.message_ids)} are messageIds, not receipt ids (pass the receiptId "
+                     "that check_messages returned)")
+    rest = [r for r in done.unknown if r not in done.message_ids]
+    if rest:
+        parts.append(f"{_quoted(rest)} are not receipt ids this node knows")
+    return "; ".join(parts) + "; the other receipts were marked." if parts else None
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A send's result: the stored message, its recipients, the recipient check."""
+
+    sent: SentMessage
+    message: MessageRecord
+    check: RecipientCheck
+
+    @property
+    def warning(self) -> str | None:
+        return unknown_role_warning(self.check)
+
+    def wire(self) -> Wire:
+        return wire.sent_view(self.message, self.sent.recipients, self.check.unknown_recipients,
+                              self.check.known_roles, self.warning)
+
+
+@dataclass(frozen=True)
+class Marked:
+    """A mark call's result."""
+
+    result: MarkResult
+
+    @property
+    def warning(self) -> str | None:
+        return mark_warning(self.result)
+
+    def wire(self) -> Wire:
+        r = self.result
+        return {"markedAsRead": r.marked, "marked": r.marked, "unknown": r.unknown, "notYours": r.not_yours,
+                "warning": self.warning}
+
+
+class Service:
+    """The use cases over one ``Replica``."""
+
+    def __init__(self, replica: Replica) -> None:
+        self.replica = replica
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def send(self, sender: str, channel: str, content: str, *, instance: str | None = None,
+             from_instance: str | None = None, session_day: int | None = None,
+             tenant: str | None = None) -> Sent:
+        sent, check, record = self.replica.send_checked(sender, channel, content, instance, from_instance,
+                                                        session_day=session_day, tenant_id=tenant)
+        return Sent(sent, record, check)
+
+    def inbox(self, role: str, instance: str | None = None, since: int | str | None = None, limit: int = 20, *,
+              include_read: bool = False, max_bytes: int | None = None, tenant: str | None = None,
+              now_ms: int) -> Wire:
+        """A page of ``role``'s inbox (unread only unless ``include_read``), oldest first; reading it
+        records *delivered*. ``since``: a cursor, or a time (``replica.stamps.parse_since``)."""
+        r = self.replica
+        if include_read:
+            cursor = parse_since(since, now_ms=now_ms, newest=r.max_lseq()).cursor
+            page = r.inbox_all(role, instance, cursor, limit)
+        else:
+            at = parse_since(since, now_ms=now_ms, newest=r.max_lseq())
+            page = r.check_messages(role, instance, at.cursor, limit, arrived_after_ms=at.arrived_after_ms,
+                                    max_bytes=max_bytes, tenant_id=tenant)
+        return {"recipient": role, "recipientInstanceId": instance,
+                "messages": [wire.inbox_item(m) for m in page.messages], "cursor": page.cursor,
+                "truncated": page.truncated, "nextSince": page.cursor if page.truncated else None}
+
+    def mark(self, receipt_ids: Sequence[str], caller: str | None = None) -> Marked:
+        """Mark receipts read; refused (nothing marked) when the ids cannot be what was meant."""
+        done = self.replica.mark_receipts(receipt_ids, caller)
+        asked = len(dict.fromkeys(x.strip() if isinstance(x, str) else x for x in receipt_ids))
+        problem = mark_problem(done, caller, asked)
+        if problem is None:
+            return Marked(done)
+        if done.not_yours or done.message_ids:
+            raise InvalidArgument(problem)
+        raise NotFound(problem)
+
+    def status(self, message_id: str) -> Wire:
+        r = self.replica
+        return wire.status_view(r.get_message(message_id), r.message_status(message_id))
+
+    def message(self, message_id: str) -> Wire:
+        return wire.message_view(self.replica.get_message(message_id))
+
+    def retract(self, message_id: str, caller: str) -> Wire:
+        """Retract a message its sender role sent: every replica drops its content."""
+        m = self.replica.retract_message(message_id, caller)
+        return {"deleted": True, "messageId": m.id, "receiptsDeleted": self.replica.receipt_count(m.id),
+                "retractedAt": wire.ms(m.retracted)}
+
+    # -- profiles ---------------------------------------------------------------------------
+
+    def profile(self, orchestrator_id: str, instance: str | None = None) -> Wire | None:
+        """VantagePeers' shape: the profile itself, or None for a role with none."""
+        p = self.replica.get_profile(orchestrator_id, instance)
+        return None if p is None else wire.profile_view(p)
+
+    def update_profile(self, orchestrator_id: str, name: str | None = None, static: object = None,
+                       dynamic: object = None, *, instance: str | None = None) -> Wire:
+        p: Profile = self.replica.update_profile(orchestrator_id, name, static, dynamic, instance_id=instance)
+        return wire.profile_view(p)
+
+    def profiles(self) -> list[Wire]:
+        return [wire.profile_view(p) for p in self.replica.list_profiles()]
