@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeVar
 
+from replica.errors import InvalidArgument, PeerdError, RemoteError
+
 __all__ = [
     "AdvertError",
     "CandidateSource",
@@ -36,15 +38,15 @@ __all__ = [
 CandidateSource = Literal["mdns", "seed", "exchange"]
 
 
-class DiscoveryError(Exception):
+class DiscoveryError(PeerdError):
     """Base class of every error raised by the discovery package."""
 
 
-class SeedError(DiscoveryError, ValueError):
+class SeedError(DiscoveryError, InvalidArgument):
     """A seed entry is not ``HOST:PORT`` / ``[IPV6]:PORT`` or names an invalid host or port."""
 
 
-class AdvertError(DiscoveryError, ValueError):
+class AdvertError(DiscoveryError, RemoteError, ValueError):
     """An mDNS advert (TXT record) is malformed or cannot be built from the given values."""
 
 

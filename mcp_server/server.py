@@ -5,9 +5,9 @@ Invariants:
   description and an output schema; success returns the result both as
   ``structuredContent`` and as JSON text.
 * A bad call returns ``isError`` with ``"<code>: <message>"`` text and no
-  structured content (code: ``invalid_argument``, ``not_found`` or
-  ``store_error``); it has changed nothing. ``run_tool`` never raises: any other
-  exception is a bug of ours and becomes ``internal_error: <type>: <message>``,
+  structured content (the code is the one table's, ``replica.errors.FACES``:
+  ``invalid_argument``, ``not_found``, ``store_error`` ...); it has changed nothing.
+  ``run_tool`` never raises: any other exception is a bug of ours and becomes ``internal_error: <type>: <message>``,
   logged with its traceback the first time per tool and type (one line after
   that), never the SDK's generic text.
 * A call's binding comes from, in order: HTTP headers ``X-Peerd-Role`` /
@@ -41,7 +41,8 @@ from mcp_server.tools import (
     ToolSpec,
     Wire,
 )
-from replica import LocalError, NotFound, PeerdError, Replica, StoreError
+from replica import PeerdError, Replica
+from replica.errors import face
 from replica.feed import Waiter
 
 ROLE_HEADER = "x-peerd-role"
@@ -71,13 +72,8 @@ class _RawArguments(ArgModelBase):
 
 
 def error_code(exc: PeerdError) -> str:
-    if isinstance(exc, NotFound):
-        return "not_found"
-    if isinstance(exc, LocalError):
-        return "invalid_argument"
-    if isinstance(exc, StoreError):
-        return "store_error"
-    return "error"
+    """The MCP code of ``exc``: the one table's (``replica.errors.FACES``)."""
+    return face(exc).code
 
 
 def error_result(code: str, message: str) -> CallToolResult:

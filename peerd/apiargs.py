@@ -7,8 +7,9 @@ Invariants:
   ``MAX_DEPTH`` levels of nesting; anything else is ``InvalidArgument``.
 * A field of the wrong type, or a missing required one, is ``InvalidArgument``
   naming the field as the client spells it; the replica then checks values.
-* ``json_endpoint`` turns a ``LocalError`` (bad argument) into 400 and ``NotFound`` into 404,
-  each ``{"error": message}``; any other exception is a bug and is not hidden.
+* ``json_endpoint`` answers a ``PeerdError`` with the one table's HTTP status
+  (``replica.errors.face``: a bad argument 400, ``NotFound`` 404 ...), as
+  ``{"error": message, "code": code}``; any other exception is a bug and is not hidden.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from replica import InvalidArgument, LocalError, NotFound, PeerdError
+from replica import InvalidArgument, PeerdError
+from replica.errors import face
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_DEPTH = 32
@@ -157,17 +159,15 @@ Endpoint = Callable[[Request], Awaitable[Any]]
 
 
 def json_endpoint(fn: Endpoint) -> Callable[[Request], Awaitable[Response]]:
-    """Wrap a handler: its result as JSON; a bad call as 400, an unknown id as 404, a store failure as 500."""
+    """Wrap a handler: its result as JSON; an error as ``{"error", "code"}`` with the one table's HTTP
+    status (``replica.errors.FACES``: a bad call 400, an unknown id 404, a store failure 500 ...)."""
 
     async def endpoint(request: Request) -> Response:
         try:
             return JSONResponse(await fn(request))
-        except NotFound as exc:
-            return JSONResponse({"error": str(exc)}, status_code=404)
-        except LocalError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
         except PeerdError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=500)
+            told = face(exc)
+            return JSONResponse({"error": str(exc), "code": told.code}, status_code=told.status)
 
     return endpoint
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from peerd.protocol.answers import Meaning, Refused, Rekey, Replied, Unreadable, WrongKey
+from replica.errors import Bug
 
 WRONG_FLEET = "refused our request: not in the same fleet (different fleet key)"
 REMOVED = ("this node was removed from the fleet (its key was rotated without it); it can no longer sync. "
@@ -84,7 +85,7 @@ class Fail:
 Action = Send | TellRotation | CatchUp | Deliver | Fail
 
 
-class CallBug(Exception):
+class CallBug(Bug):
     """An event the table has no transition for: a bug in the shell, not a peer's doing."""
 
 

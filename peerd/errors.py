@@ -4,31 +4,31 @@ Invariants:
 - Every error the daemon raises on purpose is a `DaemonError`; library exceptions
   (nacl, aiohttp, sqlite, tomllib, msgpack) are translated at the boundary where they
   occur and never leak through `peerd` functions.
-- Errors are split by who is at fault: `ConfigError` is local (the user or the config
+- Errors are split by who is at fault: `ConfigError` is a `LocalError` (the user or the config
   file; a bad local API call is the replica's `InvalidArgument` / `NotFound`), `PeerError`
-  and its subclasses `TransportError` and `SealError` are remote (another machine sent
-  something bad or did not answer).
+  and its subclasses `TransportError` and `SealError` are `RemoteError`s (another machine sent
+  something bad or did not answer). How each is told is `replica.errors.FACES`.
 - Messages are written for the person reading them: they name the file, key or peer
   involved and, where one exists, the way out.
 """
 
 from __future__ import annotations
 
-from replica.errors import PeerdError
+from replica.errors import LocalError, PeerdError, RemoteError
 
 
 class DaemonError(PeerdError):
     """Base of every error the daemon raises on purpose."""
 
 
-class ConfigError(DaemonError):
+class ConfigError(DaemonError, LocalError):
     """The home folder or `config.toml` is missing, malformed or inconsistent.
 
     Also raised for a bad fleet key, seed address or invite token typed by the user.
     """
 
 
-class PeerError(DaemonError):
+class PeerError(DaemonError, RemoteError):
     """A peer misbehaved or could not be reached (a remote error).
 
     `peer` names the peer (URL or host:port) when known.

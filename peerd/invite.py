@@ -42,6 +42,7 @@ from peerd.home import atomic_write, ensure_home
 from peerd.pairing.codes import secret_digest
 from replica import Undecodable
 from replica.codec import pack, unpack
+from replica.errors import Refused
 
 INVITE_PREFIX = "peerd2:"
 OLD_PREFIX = "peerd1:"
@@ -72,12 +73,8 @@ class Invite:
     fleet_id: str
 
 
-class InviteRefused(Exception):
+class InviteRefused(Refused):
     """An invite that cannot be redeemed; ``status`` is what the joiner's request gets."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 # -- tokens -----------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_server.localguard import send_error
+from replica.errors import Closing
 
 log = logging.getLogger("peerd.local")
 
@@ -70,7 +71,7 @@ class Lifespan:
             raise RuntimeError(f"lifespan {phase} failed: {reply.get('message') or reply['type']}")
 
 
-class MountClosed(Exception):
+class MountClosed(Closing):
     """The server is shutting down: nothing more gets built."""
 
 

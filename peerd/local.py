@@ -40,6 +40,7 @@ from mcp_server.localguard import LocalOnly, send_error
 from peerd.errors import DaemonError
 from peerd.lazymount import LazyMount, McpBuilder
 from peerd.limits import LOCAL_CONNECTIONS, connection_cap, open_file_limit
+from replica.errors import TooLarge
 from replica.ops import MAX_JSON_REQUEST_BYTES
 
 log = logging.getLogger("peerd.local")
@@ -81,8 +82,8 @@ def under(path: str, prefix: str) -> bool:
 # -- bounded bodies ---------------------------------------------------------------------------
 
 
-class BodyTooLarge(Exception):
-    pass
+class BodyTooLarge(TooLarge):
+    """A request body past the local side's limit."""
 
 
 async def read_body(receive: Receive, limit: int) -> bytes | None:

@@ -23,16 +23,12 @@ from starlette.routing import BaseRoute
 from peerd.apiargs import read_json, req_str, route
 from peerd.config import fleet_id, new_fleet_key
 from peerd.node import Node
-from peerd.pairing.desk import CODE_TTL, DeskError
+from peerd.pairing.desk import CODE_TTL
 from replica import InvalidArgument, NotFound
 from replica.fleet import FleetView
 
 MAX_CODE_TTL = 24 * 3600.0
 MIN_PREFIX = 4
-
-
-def desk_error(exc: DeskError) -> Exception:
-    return NotFound(str(exc)) if exc.status == 404 else InvalidArgument(str(exc))
 
 
 def _label(key: bytes, names: dict[bytes, str]) -> str:
@@ -90,27 +86,18 @@ def pairing_routes(node: Node, reload: Callable[[], Awaitable[dict[str, Any]]]) 
 
     async def approve(r: Request) -> Any:
         code = req_str(await read_json(r), "code")
-        try:
-            return await host.approve(code)
-        except DeskError as exc:
-            raise desk_error(exc) from None
+        return await host.approve(code)  # a DeskError carries its own status (replica.errors.face)
 
     async def reject(r: Request) -> Any:
         code = req_str(await read_json(r), "code")
-        try:
-            return host.reject(code)
-        except DeskError as exc:
-            raise desk_error(exc) from None
+        return host.reject(code)  # a DeskError carries its own status (replica.errors.face)
 
     async def new_code(r: Request) -> Any:
         d = await read_json(r)
         ttl = d.get("expires", CODE_TTL)
         if not isinstance(ttl, int | float) or isinstance(ttl, bool) or not 0 < ttl <= MAX_CODE_TTL:
             raise InvalidArgument(f"expires must be a number of seconds from 1 to {int(MAX_CODE_TTL)}")
-        try:
-            return {**host.new_code(float(ttl)), "addresses": node.lan_seeds()}
-        except DeskError as exc:
-            raise desk_error(exc) from None
+        return {**host.new_code(float(ttl)), "addresses": node.lan_seeds()}
 
     async def fleet(_r: Request) -> Any:
         return fleet_report(node, await asyncio.to_thread(node.rep.fleet_view))

@@ -60,7 +60,7 @@ CHECK_SHARE = 0.5  # of one core, at most
 BUSY = "busy taking a snapshot (catching up); try again in a minute"
 
 
-class _Gone(Exception):
+class _Gone(RemoteError):
     """The peer no longer holds the snapshot we were taking."""
 
 

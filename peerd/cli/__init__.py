@@ -31,7 +31,7 @@ Invariants:
   ``mcp`` with every MCP session). Usage errors are told before anything runs.
 * Every argument is UTF-8 text, checked once here, so no command meets one that is not.
 * Errors reach the user as one line on stderr and the exit code above, never a traceback:
-  ``CliError`` carries its code, the replica's and the daemon's errors are 1.
+  each ``PeerdError``'s code is the one table's (``replica.errors.FACES``; ``CliError`` carries its own).
 
 The package's modules: ``parser`` (the command table and the parser), ``arguments`` (the flags of
 the commands in ``commands``), ``errors`` (exit codes), ``format`` (pure text formatting),
@@ -48,10 +48,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from peerd.cli.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, CliError
+from peerd.cli.errors import EXIT_INTERRUPTED, EXIT_OK
 from peerd.cli.parser import parser_for
-from peerd.errors import ConfigError, DaemonError
-from replica import PeerdError
+from replica.errors import PeerdError, face
 
 
 def undecodable(argv: Sequence[str]) -> str | None:
@@ -72,12 +71,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         code = args.fn(args)
-    except CliError as exc:
+    except PeerdError as exc:  # CliError among them, with the code it carries
         print(f"peerd: {exc}", file=sys.stderr)
-        code = exc.code
-    except (ConfigError, DaemonError, PeerdError) as exc:
-        print(f"peerd: {exc}", file=sys.stderr)
-        code = EXIT_FAIL
+        code = face(exc).exit
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
     except BrokenPipeError:  # e.g. `peerd log --follow | head`

@@ -7,16 +7,25 @@ never by printing and exiting itself.
 
 from __future__ import annotations
 
-EXIT_OK = 0
-EXIT_FAIL = 1
-EXIT_USAGE = 2
-EXIT_NO_DAEMON = 3
-EXIT_NO_HOME = 4
-EXIT_UNHEALTHY = 5
-EXIT_INTERRUPTED = 130
+from replica.errors import (
+    EXIT_FAIL,
+    EXIT_INTERRUPTED,
+    EXIT_NO_DAEMON,
+    EXIT_NO_HOME,
+    EXIT_OK,
+    EXIT_UNHEALTHY,
+    EXIT_USAGE,
+    LocalError,
+)
+
+__all__ = ["EXIT_FAIL", "EXIT_INTERRUPTED", "EXIT_NO_DAEMON", "EXIT_NO_HOME", "EXIT_OK", "EXIT_UNHEALTHY",
+           "EXIT_USAGE", "CliError"]
 
 
-class CliError(Exception):
+class CliError(LocalError):
+    """A command's failure: its message for stderr and the exit code it ends with."""
+
     def __init__(self, message: str, code: int = EXIT_FAIL) -> None:
         super().__init__(message)
         self.code = code
+        self.exit_code = code

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple, NoReturn
 
 from peerd.cli.errors import EXIT_USAGE
+from replica.errors import LocalError
 
 
 class Command(NamedTuple):
@@ -162,8 +163,8 @@ class _Version(argparse.Action):
         parser.exit(message=version_text() + "\n")
 
 
-class _Unparsed(Exception):
-    pass
+class _Unparsed(LocalError):
+    """What the picker could not read (the full parser then tells it)."""
 
 
 class _Picker(argparse.ArgumentParser):

@@ -20,11 +20,12 @@ import nacl.signing
 import nacl.utils
 
 from peerd.errors import DaemonError
+from replica.errors import RemoteError
 
 PAKE_MSG_MAX = 128
 
 
-class PairingError(DaemonError):
+class PairingError(DaemonError, RemoteError):
     """A pairing step failed; the message says why, for the person at that machine."""
 
 

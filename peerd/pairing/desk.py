@@ -24,6 +24,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from peerd.pairing import codes
+from replica.errors import Refused
 
 ID_BYTES = 16
 ASK_TTL = 600.0
@@ -33,12 +34,8 @@ MAX_ATTEMPTS = 3
 GONE_KEPT = 256
 
 
-class DeskError(Exception):
+class DeskError(Refused):
     """A request the desk refuses: ``status`` is the HTTP status the joiner gets."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass
