@@ -32,9 +32,10 @@ from starlette.routing import BaseRoute, Route
 from peerd.apiargs import opt_bool, opt_int, opt_str, parse_int, parse_text, read_json, req_str, route, str_list
 from peerd.dashboard import page_routes, views
 from peerd.node import Node
-from replica import InvalidArgument, Replica
-from replica.api import DEFAULT_LIMIT
+from replica import InvalidArgument
+from replica.api import DEFAULT_LIMIT, now_ms
 from replica.feed import FeedWaiter
+from replica.service import Service
 
 WAIT_CAP = 300.0
 MESSAGES_WAIT_CAP = 60.0
@@ -71,15 +72,6 @@ async def status(node: Node, info: dict[str, Any]) -> dict[str, Any]:
         "retention": (await asyncio.to_thread(node.rep.retention)).to_dict(),
         "now": time.time(),
     }
-
-
-def send_with_check(rep: Replica, args: tuple[str, str, str, str | None, str | None]) -> dict[str, Any]:
-    """Send (from, channel, content, instance, from instance), and say which addressed roles this
-    node has never seen (``unknown_recipients``, with ``known_roles`` to suggest): the message is
-    stored either way."""
-    check = rep.recipient_check(args[1])
-    sent = rep.send_message(*args)
-    return {**sent.to_dict(), **check.to_dict()}
 
 
 def settings(node: Node) -> dict[str, Any]:
@@ -172,57 +164,61 @@ def _node_routes(node: Node, info: dict[str, Any]) -> list[BaseRoute]:
 
 
 def _messaging_routes(node: Node) -> list[BaseRoute]:
-    rep = node.rep
+    """The messaging use cases, each one ``replica.service.Service`` call in its vocabulary."""
+    svc = Service(node.rep)
 
     async def send(r: Request) -> Any:
         d = await read_json(r)
-        args = (req_str(d, "from"), req_str(d, "channel"), req_str(d, "content"), opt_str(d, "instanceId"),
-                opt_str(d, "fromInstanceId"))
-        return await asyncio.to_thread(send_with_check, rep, args)
+        sent = await asyncio.to_thread(
+            svc.send, req_str(d, "from"), req_str(d, "channel"), req_str(d, "content"),
+            instance=opt_str(d, "instanceId"), from_instance=opt_str(d, "fromInstanceId"),
+        )
+        return sent.wire()
 
     async def check(r: Request) -> Any:
         d = await read_json(r)
         deadline = time.monotonic() + check_wait(d.get("wait", 0))
-        include_read = opt_bool(d, "all")
         recipient, instance = req_str(d, "recipient"), opt_str(d, "recipientInstanceId")
-        since, limit = opt_int(d, "since"), opt_int(d, "limit")
+        since, limit, include_read = opt_int(d, "since"), opt_int(d, "limit"), opt_bool(d, "all")
         while True:
             seen = node.waiter.mark
-            inbox = await asyncio.to_thread(
-                views.inbox, rep, recipient, instance, include_read=include_read, since=since,
-                limit=DEFAULT_LIMIT if limit is None else limit,
-            )
+            inbox = await asyncio.to_thread(svc.inbox, recipient, instance, since,
+                                            DEFAULT_LIMIT if limit is None else limit, include_read=include_read,
+                                            now_ms=now_ms())
             left = deadline - time.monotonic()
             if inbox["messages"] or left <= 0 or not await wait_for(node.waiter, seen, left):
                 return inbox
 
     async def read(r: Request) -> Any:
         d = await read_json(r)
-        return {"marked": await asyncio.to_thread(rep.mark_as_read, str_list(d, "receiptIds"))}
+        done = await asyncio.to_thread(svc.mark, str_list(d, "receiptIds"), opt_str(d, "callerOrchestrator"))
+        return done.wire()
+
+    async def retract(r: Request) -> Any:
+        d = await read_json(r)
+        return await asyncio.to_thread(svc.retract, req_str(d, "messageId"), req_str(d, "from"))
 
     async def msg_status(r: Request) -> Any:
-        rows = await asyncio.to_thread(rep.message_status, r.path_params["message_id"])
-        return [s.to_dict() for s in rows]
+        return await asyncio.to_thread(svc.status, r.path_params["message_id"])
 
     async def update_profile(r: Request) -> Any:
         d = await read_json(r)
-        p = await asyncio.to_thread(
-            rep.update_profile, req_str(d, "orchestratorId"), opt_str(d, "name"), opt_str(d, "static"),
+        return await asyncio.to_thread(
+            svc.update_profile, req_str(d, "orchestratorId"), opt_str(d, "name"), opt_str(d, "static"),
             opt_str(d, "dynamic"),
         )
-        return p.to_dict()
 
     async def get_profile(r: Request) -> Any:
-        p = await asyncio.to_thread(rep.get_profile, r.path_params["orchestrator_id"])
-        return None if p is None else p.to_dict()
+        return await asyncio.to_thread(svc.profile, r.path_params["orchestrator_id"])
 
     async def list_profiles(_r: Request) -> Any:
-        return [p.to_dict() for p in await asyncio.to_thread(rep.list_profiles)]
+        return await asyncio.to_thread(svc.profiles)
 
     return [
         route("/api/send", send, ["POST"]),
         route("/api/check", check, ["POST"]),
         route("/api/read", read, ["POST"]),
+        route("/api/retract", retract, ["POST"]),
         route("/api/messages/{message_id}/status", msg_status, ["GET"]),
         route("/api/profiles", list_profiles, ["GET"]),
         route("/api/profiles", update_profile, ["POST"]),

@@ -50,6 +50,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
+from replica import open_home
 from tests.daemons import Daemon, read_only
 
 BASELINE_COMMIT = "45fb640"
@@ -300,16 +301,31 @@ class CurrentApi(BaselineApi):
 
     def send(self, sender: str, channel: str, content: str, *, instance: str | None = None) -> str:
         extra = {} if instance is None else {"instanceId": instance}
-        return str(self.daemon.send(sender, channel, content, **extra)["id"])
+        return str(self.daemon.send(sender, channel, content, **extra)["messageId"])
 
     def inbox(self, role: str) -> list[Mail]:
-        return [_mail(m) for m in self.daemon.check(role, limit=LOG_LIMIT)["messages"]]
+        return [Mail(m["messageId"], m["from"], m["channel"], m["content"], m["receiptId"])
+                for m in self.daemon.check(role, limit=LOG_LIMIT)["messages"]]
 
     def mark_read(self, receipt_ids: list[str]) -> int:
         return self.daemon.mark_read(receipt_ids)
 
     def receipts(self, message_id: str) -> list[Receipt]:
-        return [_receipt(r) for r in self.daemon.message_status(message_id)]
+        return [Receipt(r["role"], r["instanceId"], r["deliveredAt"] is not None, r["readAt"] is not None)
+                for r in self.daemon.message_status(message_id)]
+
+    def profile(self, role: str) -> dict[str, Any] | None:
+        """The stored name, static and dynamic objects (the local API now shows VantagePeers' names and
+        defaults, as MCP does: read from the replica file, as 0.1.0's API showed them)."""
+        with open_home(self.daemon.home) as r:
+            p = r.get_profile(role)
+        return None if p is None else {"name": p.name, "static": p.static, "dynamic": p.dynamic}
+
+    def visible_state(self, *, local: bool = False) -> dict[str, Any]:
+        """0.1.0's view: profiles as stored (read from the replica file, see ``profile``)."""
+        out = super().visible_state(local=local)
+        with open_home(self.daemon.home) as r:
+            return {**out, "profiles": [_profile(p.to_dict()) for p in r.list_profiles()]}
 
     def has_message(self, message_id: str) -> bool:
         return self.daemon.has_message(message_id)

@@ -7,7 +7,7 @@ Usage::
     fleet.mesh()                                 # seed every daemon with every other one
     fleet.start()                                # `peerd init` + `peerd run`, in parallel
     sent = a.send("alice", "bob", "hi")
-    wait_until(lambda: c.has_message(sent["id"]), 10, "the message on c")
+    wait_until(lambda: c.has_message(sent["messageId"]), 10, "the message on c")
     b.kill(); b.restart()                        # same home, same peer port
     fleet.wait_converged()
 
@@ -431,7 +431,8 @@ class Daemon:
         return int(self.api("POST", "/api/read", {"receiptIds": list(receipt_ids)})["marked"])
 
     def message_status(self, message_id: str) -> list[dict[str, Any]]:
-        return list(self.api("GET", f"/api/messages/{message_id}/status"))
+        """Each recipient's state (the ``recipients`` of the local API's answer)."""
+        return list(self.api("GET", f"/api/messages/{message_id}/status")["recipients"])
 
     def has_message(self, message_id: str) -> bool:
         status, _ = self.call("GET", f"/api/messages/{message_id}/status")

@@ -171,14 +171,14 @@ def test_a_restored_node_signs_no_seq_twice_and_loses_nothing(fleet: Fleet, tmp_
     fleet.mesh()
     fleet.start()
     old = bytes.fromhex(a.node_id)
-    before = [a.send("alice", "bob", f"before {i}")["id"] for i in range(5)]
+    before = [a.send("alice", "bob", f"before {i}")["messageId"] for i in range(5)]
     during: list[str] = []
-    writing = threading.Thread(target=lambda: during.extend(a.send("alice", "bob", f"during {i}")["id"]
+    writing = threading.Thread(target=lambda: during.extend(a.send("alice", "bob", f"during {i}")["messageId"]
                                                             for i in range(20)))
     writing.start()
     made = ok_json("backup", str(tmp_path / "a.backup"), home=a.home)
     writing.join()
-    after = [a.send("alice", "bob", f"after {i}")["id"] for i in range(5)]
+    after = [a.send("alice", "bob", f"after {i}")["messageId"] for i in range(5)]
     wrote = before + during + after
     wait_until(lambda: all(b.has_message(m) for m in wrote), SPREAD, "all of a's messages on b")
     assert made["node_id"] == a.node_id and 5 <= made["messages"] < len(wrote)
@@ -190,7 +190,7 @@ def test_a_restored_node_signs_no_seq_twice_and_loses_nothing(fleet: Fleet, tmp_
     r.initialised = True  # the restored home is its own: no `peerd init`
     fleet.start(r)
     assert r.node_id == out["node_id"] != a.node_id and out["previous_node_id"] == a.node_id
-    new = [r.send("alice", "bob", f"restored {i}")["id"] for i in range(3)]
+    new = [r.send("alice", "bob", f"restored {i}")["messageId"] for i in range(3)]
     assert all(m.startswith(f"{r.short_id}-") for m in new)
     wait_until(lambda: all(b.has_message(m) for m in new), SPREAD, "the restored node's messages on b")
     wait_until(lambda: all(r.has_message(m) for m in wrote), SPREAD, "a's later messages back on the restored node")
@@ -199,7 +199,7 @@ def test_a_restored_node_signs_no_seq_twice_and_loses_nothing(fleet: Fleet, tmp_
 
     a.port = free_ports(1)[0]  # the old machine was not lost after all (its address is taken now)
     a.restart()  # it goes on under its own key
-    late = a.send("alice", "bob", "the old node is back")["id"]
+    late = a.send("alice", "bob", "the old node is back")["messageId"]
     wait_until(lambda: r.has_message(late) and b.has_message(late), SPREAD, "the old node's new message")
     assert {k: v for k, v in signed([a.db, b.db, r.db]).items() if len(v) > 1} == {}
     assert message_ids(b.db) >= {*wrote, *new, late} and message_ids(r.db) >= {*wrote, *new, late}
@@ -283,7 +283,7 @@ def test_restore_makes_a_new_node_with_the_backups_config(home_and_backup: tuple
     assert message_ids(new / "replica.db") == message_ids(home / "replica.db") and was in message_ids(new / "replica.db")
     assert (out["messages"], out["name"]) == (2, "alpha")
     sent = ok_json("send", "--from", "alice", "--to", "bob", "after", home=new)
-    assert sent["id"] == f"{out['node_id'][:16]}-1"
+    assert sent["messageId"] == f"{out['node_id'][:16]}-1"
     renamed = ok_json("restore", str(file), "--name", "alpha-2", home=tmp_path / "renamed")
     assert renamed["name"] == load_config(tmp_path / "renamed" / "config.toml").name == "alpha-2"
     empty = tmp_path / "empty"
@@ -411,17 +411,17 @@ def test_a_home_copied_back_by_hand_is_reported_once_and_by_doctor(fleet: Fleet,
     a, b = fleet.add("a"), fleet.add("b")
     fleet.mesh()
     fleet.start()
-    first = [a.send("alice", "bob", f"first {i}")["id"] for i in range(3)]
+    first = [a.send("alice", "bob", f"first {i}")["messageId"] for i in range(3)]
     wait_until(lambda: all(b.has_message(m) for m in first), SPREAD, "a's first messages on b")
     a.stop()
     shutil.copytree(a.home, tmp_path / "copy")
     a.start()
-    later = [a.send("alice", "bob", f"later {i}")["id"] for i in range(2)]
+    later = [a.send("alice", "bob", f"later {i}")["messageId"] for i in range(2)]
     wait_until(lambda: all(b.has_message(m) for m in later), SPREAD, "a's later messages on b")
     a.stop()
     shutil.rmtree(a.home)
     shutil.copytree(tmp_path / "copy", a.home)
-    forked = ok_json("send", "--from", "alice", "--to", "bob", "forked", home=a.home)["id"]
+    forked = ok_json("send", "--from", "alice", "--to", "bob", "forked", home=a.home)["messageId"]
     assert forked == later[0]  # the old copy's next number is one the fleet already holds
     a.start()
     ahead = wait_until(lambda: a.status()["own_history_ahead"], SPREAD, "the daemon noticing its own history ahead")

@@ -25,12 +25,12 @@ def test_stopped_daemon_catches_up_both_ways(fleet: Fleet) -> None:
     a, b, c = fleet.add("a"), fleet.add("b"), fleet.add("c")
     fleet.mesh()
     fleet.start()
-    first = a.send("alpha", "all-hands", "before the outage")["id"]
+    first = a.send("alpha", "all-hands", "before the outage")["messageId"]
     wait_until(lambda: c.has_message(first), CATCH_UP, "the first message on c")
 
     assert c.stop() == 0
     assert not (c.home / "daemon.json").exists()
-    online = [d.send(f"writer-{d.name}", "all-hands", f"{d.name} while c is away {i}")["id"]
+    online = [d.send(f"writer-{d.name}", "all-hands", f"{d.name} while c is away {i}")["messageId"]
               for i in range(10) for d in (a, b)]
     a.update_profile("orch-a", dynamic="set while c is away")
     with open_home(c.home) as rep:  # c's replica written by another process while its daemon is down
@@ -46,8 +46,8 @@ def test_stopped_daemon_catches_up_both_ways(fleet: Fleet) -> None:
         others = [o for o in (a, b, c) if o is not d]
         wait_until(lambda d=d, others=others: peers_in_sync(d, others), CATCH_UP, f"lag 0 to every peer on {d.name}")
         assert d.status()["lag"] == 0
-    assert {p["orchestrator_id"] for p in c.profiles()} >= {"orch-a", "orch-c"}
-    assert {p["orchestrator_id"] for p in a.profiles()} >= {"orch-a", "orch-c"}
+    assert {p["orchestratorId"] for p in c.profiles()} >= {"orch-a", "orch-c"}
+    assert {p["orchestratorId"] for p in a.profiles()} >= {"orch-a", "orch-c"}
 
 
 class Writer(threading.Thread):
@@ -73,7 +73,7 @@ class Writer(threading.Thread):
                 return
             except (OSError, http.client.HTTPException):
                 return  # the daemon was killed under us: this send was never acknowledged
-            self.acked.append(sent["id"])
+            self.acked.append(sent["messageId"])
 
 
 def test_kill9_under_write_load_and_mid_sync_loses_nothing_acknowledged(fleet: Fleet) -> None:

@@ -41,10 +41,10 @@ def test_every_seed_is_contacted(five: list[Daemon]) -> None:
 
 def test_message_written_on_any_node_is_readable_on_all(five: list[Daemon]) -> None:
     """A message sent through any one of five daemons shows up in the inbox on every daemon."""
-    sent = {d.name: d.send(f"writer-{d.name}", "reader", f"hello from {d.name}")["id"] for d in five}
+    sent = {d.name: d.send(f"writer-{d.name}", "reader", f"hello from {d.name}")["messageId"] for d in five}
 
     def inbox_complete(d: Daemon) -> bool:
-        got = {m["id"]: m["content"] for m in d.check("reader", d.name)["messages"]}
+        got = {m["messageId"]: m["content"] for m in d.check("reader", d.name)["messages"]}
         return got == {mid: f"hello from {name}" for name, mid in sent.items()}
 
     for d in five:
@@ -54,17 +54,17 @@ def test_message_written_on_any_node_is_readable_on_all(five: list[Daemon]) -> N
 def test_read_receipt_marked_on_one_node_shows_on_all(five: list[Daemon]) -> None:
     """A message read on another node is reported read by message_status on the sender's node and on all."""
     sender, reader = five[0], five[3]
-    mid = sender.send("boss", "worker", "do the thing")["id"]
+    mid = sender.send("boss", "worker", "do the thing")["messageId"]
     msgs = wait_until(lambda: reader.check("worker")["messages"], SPREAD, "the message at the reader")
-    assert [m["id"] for m in msgs] == [mid]
-    assert reader.mark_read([msgs[0]["receipt_id"]]) == 1
+    assert [m["messageId"] for m in msgs] == [mid]
+    assert reader.mark_read([msgs[0]["receiptId"]]) == 1
 
     def read_everywhere() -> bool:
         states = [d.message_status(mid) for d in five]
-        return all(len(s) == 1 and s[0]["role"] == "worker" and s[0]["read_at"] is not None for s in states)
+        return all(len(s) == 1 and s[0]["role"] == "worker" and s[0]["readAt"] is not None for s in states)
 
     wait_until(read_everywhere, SPREAD, "the read receipt on every node")
-    assert sender.message_status(mid)[0]["receipt_id"] == msgs[0]["receipt_id"]
+    assert sender.message_status(mid)[0]["receiptId"] == msgs[0]["receiptId"]
     assert reader.check("worker")["messages"] == []
 
 
@@ -93,7 +93,7 @@ def test_concurrent_profile_updates_converge_to_one_winner(five: list[Daemon]) -
         return views[0] if all(v == views[0] for v in views) else None
 
     profiles = wait_until(same_profiles, SPREAD, "the same profiles on every node")
-    shared = next(p for p in profiles if p["orchestrator_id"] == "orch-shared")
+    shared = next(p for p in profiles if p["orchestratorId"] == "orch-shared")
     assert shared["dynamic"]["currentTask"] in {f"{d.name} round 2" for d in five}
     assert shared["name"] in {f"named by {d.name}" for d in five}
     digests = {d.digest() for d in five}
@@ -124,7 +124,7 @@ def test_peer_exchange_introduces_a_peer_seen_only_by_a_seed(fleet: Fleet) -> No
     wait_until(lambda: a.peer(c) is not None, 30, "a's table to list c")
 
     # Direct sync: a message a writes reaches c, and c's table shows a fresh sync with a.
-    mid = a.send("alpha", "gamma", "straight from a")["id"]
+    mid = a.send("alpha", "gamma", "straight from a")["messageId"]
     wait_until(lambda: c.has_message(mid), SPREAD, "a's message on c")
     wait_until(lambda: (r := c.peer(a)) is not None and r["last_sync_ago"] is not None, 30, "c to have synced with a")
     # Liveness gossip: c knows a's name without ever having been told it directly by config.

@@ -23,7 +23,7 @@ def test_signal_stops_cleanly_and_restart_keeps_the_node_id(fleet: Fleet, sig: s
     fleet.start(d)
     assert json.loads((d.home / "daemon.json").read_text()) == d.info, "the ready line is daemon.json"
     node = d.node_id
-    mid = d.send("a", "b", "survives the restart")["id"]
+    mid = d.send("a", "b", "survives the restart")["messageId"]
     assert d.proc is not None
     d.proc.send_signal(sig)
     assert d.proc.wait(timeout=patience(15)) == 0

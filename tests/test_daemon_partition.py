@@ -96,17 +96,17 @@ def test_partitioned_groups_converge_after_heal(partition: Partition, groups: tu
     left, right = groups
     everyone = left + right
     problems: list[str] = []
-    hello = {d.name: d.send(f"hello-{d.name}", "team", "before the split")["id"] for d in (left[0], right[0])}
+    hello = {d.name: d.send(f"hello-{d.name}", "team", "before the split")["messageId"] for d in (left[0], right[0])}
     for d in everyone:
         wait_until(lambda d=d: set(hello.values()) <= message_ids(d.db), SPREAD, f"the greetings on {d.name}")
     inbox = right[1].check("team")["messages"]
 
     partition.cut()
-    written = {d.name: [d.send(f"writer-{d.name}", "team", f"{d.name} during the split {i}")["id"] for i in range(5)]
+    written = {d.name: [d.send(f"writer-{d.name}", "team", f"{d.name} during the split {i}")["messageId"] for i in range(5)]
                for d in everyone}
     left[0].update_profile("orch-split", dynamic="the left side's view")
     right[0].update_profile("orch-split", dynamic="the right side's view")
-    right[1].mark_read([m["receipt_id"] for m in inbox])
+    right[1].mark_read([m["receiptId"] for m in inbox])
     left_ids, right_ids = set(written["l1"] + written["l2"]), set(written["r1"] + written["r2"])
     for label, group, ids in (("left", left, left_ids), ("right", right, right_ids)):
         for d in group:
@@ -130,9 +130,9 @@ def test_partitioned_groups_converge_after_heal(partition: Partition, groups: tu
     heal_time = time.monotonic() - healed_at
     profiles = [d.profiles() for d in everyone]
     assert all(p == profiles[0] for p in profiles)
-    shared = next(p for p in profiles[0] if p["orchestrator_id"] == "orch-split")
+    shared = next(p for p in profiles[0] if p["orchestratorId"] == "orch-split")
     assert shared["dynamic"]["currentTask"] in {"the left side's view", "the right side's view"}
     for d in everyone:
         states = d.message_status(hello["l1"])
-        assert [s["read_at"] is not None for s in states if s["role"] == "team"] == [True]
+        assert [s["readAt"] is not None for s in states if s["role"] == "team"] == [True]
     assert not problems, f"converged {heal_time:.1f} s after healing, but: " + "; ".join(problems)

@@ -52,7 +52,7 @@ def stored_state(d: Daemon) -> tuple[Any, ...]:
 def test_node_with_the_wrong_fleet_key_is_refused(trio: tuple[Fleet, Daemon, Daemon, Daemon]) -> None:
     """A daemon with another fleet key gets nowhere: the victim refuses it and stores nothing it has."""
     _, a, b, w = trio
-    mid = w.send("intruder", "victims", "let me in")["id"]
+    mid = w.send("intruder", "victims", "let me in")["messageId"]
 
     # w may first fail to connect (a's port not yet open): wait for the refusal itself.
     row = wait_until(lambda: (r := next((p for p in w.peers() if p["address"] == a.addr), None))
@@ -195,4 +195,4 @@ def test_content_over_64k_via_local_api_gets_400(trio: tuple[Fleet, Daemon, Daem
     assert "content" in body["error"]
     assert stored_state(a) == before
     sent = a.send("big", "sink", "q" * MAX_CONTENT)
-    assert sent["id"] in message_ids(a.db)
+    assert sent["messageId"] in message_ids(a.db)

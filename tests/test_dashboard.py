@@ -96,18 +96,18 @@ def test_dashboard_shows_fleet_streams_receipts_and_searches(trio: tuple[Daemon,
     page.evaluate("window.__samePage = true")
 
     sent = a.send("planner", "coder", "ship the flamingo release tonight")
-    item = page.locator(f'#stream li[data-id="{sent["id"]}"]')
+    item = page.locator(f'#stream li[data-id="{sent["messageId"]}"]')
     item.wait_for()
     assert "ship the flamingo release tonight" in item.inner_text() and "planner" in item.inner_text()
     assert item.locator('.chip[data-role="coder"]').get_attribute("data-state") == "pending"
     receipt = wait_until(lambda: b.check("coder")["messages"], SPREAD, "the message in coder's inbox on b")
-    page.locator(f'#stream li[data-id="{sent["id"]}"] .chip[data-role="coder"][data-state="delivered"]').wait_for()
-    b.mark_read([receipt[0]["receipt_id"]])
-    page.locator(f'#stream li[data-id="{sent["id"]}"] .chip[data-role="coder"][data-state="read"]').wait_for()
+    page.locator(f'#stream li[data-id="{sent["messageId"]}"] .chip[data-role="coder"][data-state="delivered"]').wait_for()
+    b.mark_read([receipt[0]["receiptId"]])
+    page.locator(f'#stream li[data-id="{sent["messageId"]}"] .chip[data-role="coder"][data-state="read"]').wait_for()
 
     page.fill("#q", "flamingo")
     page.click("#search button[type=submit]")
-    hit = page.locator(f'#hits li[data-id="{sent["id"]}"]')
+    hit = page.locator(f'#hits li[data-id="{sent["messageId"]}"]')
     hit.wait_for()
     assert hit.locator("mark").first.inner_text().lower() == "flamingo"
     assert "(1 for" in page.locator("#results-count").inner_text()
@@ -140,9 +140,9 @@ def _traffic(a: Daemon, b: Daemon, c: Daemon) -> None:
         c.send("ops", "broadcast", "deploy window opens at 18:00 UTC"),
         b.send("tester", "planner", "all 412 tests green on the release candidate", fromInstanceId="ci-2"),
     ]
-    wait_until(lambda: all(b.has_message(m["id"]) for m in msgs), SPREAD, "the traffic on b")
+    wait_until(lambda: all(b.has_message(m["messageId"]) for m in msgs), SPREAD, "the traffic on b")
     inbox = wait_until(lambda: b.check("tester")["messages"], SPREAD, "tester's inbox")
-    b.mark_read([m["receipt_id"] for m in inbox[:1]])
+    b.mark_read([m["receiptId"] for m in inbox[:1]])
     b.check("reviewer")
 
 
@@ -152,7 +152,7 @@ def test_message_text_is_shown_as_text_never_html(trio: tuple[Daemon, Daemon, Da
     page.goto(b.info["local_url"] + "/dashboard")
     page.locator("#conn.on").wait_for()
     hostile = a.send("mallory", "coder", '<img src=x onerror="window.__pwned=1"><b>bold</b>')
-    content = page.locator(f'#stream li[data-id="{hostile["id"]}"] .content')
+    content = page.locator(f'#stream li[data-id="{hostile["messageId"]}"] .content')
     content.wait_for()
     assert content.inner_text() == '<img src=x onerror="window.__pwned=1"><b>bold</b>'
     assert page.locator("#stream img, #stream b").count() == 0 and page.evaluate("window.__pwned") is None
@@ -280,7 +280,7 @@ def test_event_stream_announces_changes(trio: tuple[Daemon, Daemon, Daemon]) -> 
 def test_messages_route_lists_and_long_polls(trio: tuple[Daemon, Daemon, Daemon]) -> None:
     """/api/messages returns the latest messages with receipts, and with after+wait blocks until one lands."""
     a, b, _c = trio
-    first = a.send("poller", "target", "one")["id"]
+    first = a.send("poller", "target", "one")["messageId"]
     wait_until(lambda: b.has_message(first), SPREAD, "first on b")
     latest = b.api("GET", "/api/messages?limit=1&receipts=1")
     assert [m["id"] for m in latest["messages"]] == [first]
@@ -296,7 +296,7 @@ def test_messages_route_lists_and_long_polls(trio: tuple[Daemon, Daemon, Daemon]
     poller.start()
     poller.join(timeout=0.5)  # an observation window for a negative check, not a wait for an event
     assert "out" not in box, "returned before anything new landed"
-    second = a.send("poller", "target", "two")["id"]
+    second = a.send("poller", "target", "two")["messageId"]
     poller.join(timeout=SPREAD)
     out = box["out"]
     assert isinstance(out, dict) and [m["id"] for m in out["messages"]] == [second]

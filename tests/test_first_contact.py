@@ -266,11 +266,11 @@ def test_send_to_an_unknown_role_warns_and_still_stores(tmp_path: Path) -> None:
     ok("profile", "reviewer", "--set", "name=Reviewer", "--home", str(home))
     proc = peerd("send", "--home", str(home), "--from", "lead", "--to", "reveiwer", "--json", "please look")
     assert proc.returncode == 0
-    assert "warning: role 'reveiwer' has not been seen in this fleet" in proc.stderr
-    assert "known roles: reviewer" in proc.stderr
+    assert "warning: no agent has used the role 'reveiwer' yet" in proc.stderr
+    assert "Did you mean 'reviewer'?" in proc.stderr
     sent = json.loads(proc.stdout)
-    assert sent["unknown_recipients"] == ["reveiwer"]
-    assert [m["id"] for m in json.loads(ok("log", "--home", str(home), "--json"))["messages"]] == [sent["id"]]
+    assert sent["unknownRecipients"] == ["reveiwer"]
+    assert [m["id"] for m in json.loads(ok("log", "--home", str(home), "--json"))["messages"]] == [sent["messageId"]]
     quiet = peerd("send", "--home", str(home), "--from", "lead", "--to", "reviewer", "hi")
     assert quiet.returncode == 0 and quiet.stderr == ""
 
@@ -284,21 +284,21 @@ def test_status_of_a_message_shows_each_recipient_through_the_daemon_and_offline
     b.check("bob")  # bob is first seen on b, and a learns it by sync; carol is never seen
     fleet.wait_converged()
     sent = json.loads(ok("send", "--home", str(a.home), "--from", "lead", "--to", "bob,carol", "--json", "plan"))
-    assert sent["unknown_recipients"] == ["carol"] and "bob" in sent["known_roles"]
-    wait_until(lambda: b.has_message(sent["id"]), 15, "the message on b")
-    receipt = b.check("bob")["messages"][0]["receipt_id"]
+    assert sent["unknownRecipients"] == ["carol"] and "bob" in sent["knownRoles"]
+    wait_until(lambda: b.has_message(sent["messageId"]), 15, "the message on b")
+    receipt = b.check("bob")["messages"][0]["receiptId"]
     b.mark_read([receipt])
 
     def read_on_a() -> dict[str, Any] | None:
-        out = json.loads(ok("status", sent["id"], "--home", str(a.home), "--json"))
+        out = json.loads(ok("status", sent["messageId"], "--home", str(a.home), "--json"))
         return out if out["recipients"][0]["state"] == "read" else None
 
     out = wait_until(read_on_a, 15, "bob's read receipt on a")
     assert [(r["role"], r["state"]) for r in out["recipients"]] == [("bob", "read"), ("carol", "pending")]
-    text = ok("status", sent["id"], "--home", str(a.home))
-    assert text.startswith(f"message {sent['id']}: 1 of 2 recipients read, 0 delivered and not read, 1 pending")
+    text = ok("status", sent["messageId"], "--home", str(a.home))
+    assert text.startswith(f"message {sent['messageId']}: 1 of 2 recipients read, 0 delivered and not read, 1 pending")
     a.stop()
-    offline = json.loads(ok("status", sent["id"], "--home", str(a.home), "--json"))
+    offline = json.loads(ok("status", sent["messageId"], "--home", str(a.home), "--json"))
     assert offline == out
     missing = peerd("status", "0000000000000000-1", "--home", str(a.home))
     assert missing.returncode == 1 and "unknown message id" in missing.stderr

@@ -153,8 +153,8 @@ def test_a_slow_body_flood_from_one_source_stalls_nothing(fleet: Fleet) -> None:
             return bool(flood.replies.get(b"HTTP/1.1 408"))
 
         wait_until(answers_then_drops, 60, "a dropping the slow bodies it admitted", interval=0.2)
-        wait_until(lambda: a.has_message(sent_by_b["id"]), 30, "b's message on a during the flood")
-        wait_until(lambda: b.has_message(sent_by_a["id"]), 30, "a's message on b during the flood")
+        wait_until(lambda: a.has_message(sent_by_b["messageId"]), 30, "b's message on a during the flood")
+        wait_until(lambda: b.has_message(sent_by_a["messageId"]), 30, "a's message on b during the flood")
         assert a.running and timed(a.status) < within
         assert flood.opened > SLOW, "the flood kept reopening what a closed"
     counters = a.status()["counters"]

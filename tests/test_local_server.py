@@ -361,8 +361,8 @@ def test_the_api_still_works_for_good_input(daemon: Daemon) -> None:
     """Not everything is refused: a well-formed send and check round-trip through the strict parser."""
     sent = daemon.send("alpha", "beta", "fine \u00e9\U0001f600")
     inbox = daemon.check("beta", since=0, limit=5)
-    assert [m["id"] for m in inbox["messages"]] == [sent["id"]]
-    assert sent["id"] in message_ids(daemon.db)
+    assert [m["messageId"] for m in inbox["messages"]] == [sent["messageId"]]
+    assert sent["messageId"] in message_ids(daemon.db)
 
 
 def test_parse_body_accepts_json_objects_and_refuses_the_rest() -> None:

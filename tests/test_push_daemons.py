@@ -16,6 +16,7 @@ from mcp import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from replica.ids import receipt_id
+from replica.stamps import ms_of_iso
 from tests.channels import data, pushed_client
 from tests.daemons import PEERD, Daemon, Fleet, patience, wait_until
 from tests.test_wake import mcp_pid, peerd, watchers
@@ -48,19 +49,19 @@ async def test_a_message_sent_on_another_daemon_is_pushed_once_with_its_meta(fle
         event = await pushes.next_event()
         assert event.content == "from across the fleet"
         assert {k: event.meta[k] for k in ("message_id", "receipt_id", "from", "from_instance_id", "channel")} == {
-            "message_id": sent["id"], "receipt_id": receipt_id(sent["id"], "beta", ""), "from": "alpha",
+            "message_id": sent["messageId"], "receipt_id": receipt_id(sent["messageId"], "beta", ""), "from": "alpha",
             "from_instance_id": "a1", "channel": "beta"}
-        assert event.meta["created"] == sent["created"]
+        assert ms_of_iso(event.meta["created"]) == sent["createdAt"]
         await asyncio.to_thread(a.send, "alpha", "beta", "marker 1")
         assert [e.content for e in await pushes.events_until("marker 1")] == ["marker 1"]
-        status = await asyncio.to_thread(b.message_status, sent["id"])
-        assert status[0]["delivered_at"] is not None and status[0]["read_at"] is None
+        status = await asyncio.to_thread(b.message_status, sent["messageId"])
+        assert status[0]["deliveredAt"] is not None and status[0]["readAt"] is None
 
     async with pushed_client(stdio(b.home, "--role", "beta")) as (client, pushes):
         await asyncio.to_thread(a.send, "alpha", "beta", "marker 2")
         assert [e.content for e in await pushes.events_until("marker 2")] == ["marker 2"]
         assert data(await client.call_tool("replay_unread", {"limit": 1})) == {"pushed": 1, "more": True}
-        assert (await pushes.next_event()).meta["message_id"] == sent["id"]
+        assert (await pushes.next_event()).meta["message_id"] == sent["messageId"]
 
 
 async def test_peerd_send_wakes_a_channel_session_with_no_daemon(tmp_path: Path) -> None:
@@ -74,7 +75,7 @@ async def test_peerd_send_wakes_a_channel_session_with_no_daemon(tmp_path: Path)
         await asyncio.to_thread(peerd, "send", "--home", str(home), "--from", "mallory", "--to", "beta", "no")
         sent = await asyncio.to_thread(peerd, "send", "--home", str(home), "--from", "alpha", "--to", "beta", "wake")
         events = await pushes.events_until("wake")
-        assert [(e.content, e.meta["message_id"]) for e in events] == [("wake", sent["id"])]
+        assert [(e.content, e.meta["message_id"]) for e in events] == [("wake", sent["messageId"])]
 
 
 # -- HTTP: the daemon's /mcp --------------------------------------------------------------------------
@@ -123,13 +124,13 @@ async def test_http_session_push_waits_for_its_stream(fleet: Fleet) -> None:
             lines = stream.aiter_lines()
             first = await asyncio.wait_for(anext_event(lines), 30)
             assert (first["params"]["content"], first["params"]["meta"]["message_id"]) == ("before the stream",
-                                                                                         early["id"])
+                                                                                         early["messageId"])
             later = await asyncio.to_thread(d.send, "alpha", "beta", "on the stream")
             second = await asyncio.wait_for(anext_event(lines), 30)
-            assert second["params"]["meta"]["message_id"] == later["id"]
-    delivered = (await asyncio.to_thread(d.message_status, early["id"]))[0]["delivered_at"]
+            assert second["params"]["meta"]["message_id"] == later["messageId"]
+    delivered = (await asyncio.to_thread(d.message_status, early["messageId"]))[0]["deliveredAt"]
     assert delivered is not None
-    assert iso_ms(delivered) >= int(opened_ms) - 1  # recorded only once the stream was there
+    assert delivered >= int(opened_ms) - 1  # recorded only once the stream was there
 
 
 async def anext_event(lines: AsyncIterator[str]) -> dict[str, Any]:
@@ -139,12 +140,6 @@ async def anext_event(lines: AsyncIterator[str]) -> dict[str, Any]:
             if msg.get("method") == "notifications/claude/channel":
                 return dict(msg)
     raise AssertionError("the stream ended")
-
-
-def iso_ms(stamp: str) -> int:
-    from datetime import datetime  # noqa: PLC0415
-
-    return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
 
 
 async def test_sdk_client_on_http_gets_pushes_for_its_header_role(fleet: Fleet) -> None:

@@ -54,8 +54,8 @@ def wait_for_age(seconds: float) -> None:
 def read_everything(d: Daemon, role: str) -> list[str]:
     got = d.check(role, limit=100)["messages"]
     if got:
-        d.mark_read([m["receipt_id"] for m in got])
-    return [m["id"] for m in got]
+        d.mark_read([m["receiptId"] for m in got])
+    return [m["messageId"] for m in got]
 
 
 def start_three(fleet: Fleet) -> tuple[Daemon, Daemon, Daemon]:
@@ -72,12 +72,12 @@ def test_a_fleet_purges_read_mail_keeps_unread_mail_and_gives_the_disk_back(flee
     """Read mail leaves every replica after the horizon while unread mail stays, until twice the horizon; the
     database shrinks, the node goes on numbering its ops, and status and doctor say what was purged."""
     a, b, c = start_three(fleet)
-    bulky = [a.send("alice", "bob", f"report {i} " + os.urandom(4000).hex())["id"] for i in range(60)]
-    unread = a.send("alice", "carol", "nobody reads this")["id"]
+    bulky = [a.send("alice", "bob", f"report {i} " + os.urandom(4000).hex())["messageId"] for i in range(60)]
+    unread = a.send("alice", "carol", "nobody reads this")["messageId"]
     wait_until(lambda: all(d.has_message(bulky[-1]) and d.has_message(unread) for d in (b, c)), SPREAD,
                "the mail on b and c")
     assert sorted(read_everything(b, "bob")) == sorted(bulky)
-    wait_until(lambda: all(d.message_status(bulky[-1])[0]["read_at"] for d in (a, c)), SPREAD,
+    wait_until(lambda: all(d.message_status(bulky[-1])[0]["readAt"] for d in (a, c)), SPREAD,
                "bob's receipts on a and c")
     before = database_bytes(a)
     wait_until(lambda: not any(d.has_message(bulky[-1]) for d in (a, b, c)), 3 * H_S, "read mail purged everywhere")
@@ -89,7 +89,7 @@ def test_a_fleet_purges_read_mail_keeps_unread_mail_and_gives_the_disk_back(flee
     assert state["removed_total"]["messages"] >= 61 and state["last_purge"]["bytes_after"] > 0
     assert "retain  8s" in peerd("status", home=a.home)
     assert "retention 8s" in _doctor(a)
-    after = a.send("alice", "bob", "still counting")["id"]
+    after = a.send("alice", "bob", "still counting")["messageId"]
     assert seq_of(after) == seq_of(unread) + 1  # the next seq after a purge of our own ops: none reused
     wait_until(lambda: b.has_message(after) and c.has_message(after), SPREAD, "a new message after the purge")
     fleet.wait_converged(timeout=4 * H_S)
@@ -110,8 +110,8 @@ def test_a_member_offline_across_the_horizon_catches_up_and_nothing_is_resurrect
         d.send(role, "dave", f"hello from {role}")           # times (never purged) then agree on every replica
     fleet.wait_converged()
     c.stop()
-    read = a.send("alice", "bob", "read while c is away")["id"]
-    unread = a.send("alice", "carol", "never read")["id"]
+    read = a.send("alice", "bob", "read while c is away")["messageId"]
+    unread = a.send("alice", "carol", "never read")["messageId"]
     wait_until(lambda: b.has_message(read) and b.has_message(unread), SPREAD, "the mail on b")
     assert read_everything(b, "bob") == [read]
     peerd("send", "--from", "carol", "--to", "dave", "written offline, expired before it is sent", home=c.home)
@@ -121,7 +121,7 @@ def test_a_member_offline_across_the_horizon_catches_up_and_nothing_is_resurrect
     wait_until(lambda: not (a.has_message(unread) or b.has_message(unread)), 4 * H_S, "unread mail purged")
     wait_for_age(written + 2 * H_S + 1 - time.time())  # c's own offline message is past twice the horizon too
     c.restart()
-    fresh = a.send("alice", "bob", "after c is back")["id"]
+    fresh = a.send("alice", "bob", "after c is back")["messageId"]
     wait_until(lambda: c.has_message(fresh), SPREAD, "c receives new mail")
     wait_until(lambda: held_upto(c, a) == seq_of(fresh), SPREAD, "c's mark for a moves over the purged holes")
     wait_until(lambda: held_upto(a, c) == held_upto(b, c) == held_upto(c, c), SPREAD,

@@ -61,7 +61,7 @@ def test_a_new_member_catches_up_by_a_snapshot_then_by_rounds(fleet: Fleet) -> N
     assert snap["taken_ops"] >= 12_000, snap
     assert "took the snapshot from" in n.log_text()
     sent = s.send("late", "tau", "written after the snapshot")
-    wait_until(lambda: n.has_message(sent["id"]), 20, "a later message on the new member")
+    wait_until(lambda: n.has_message(sent["messageId"]), 20, "a later message on the new member")
     fleet.wait_converged([s, n])
     done = wait_until(lambda: (st := n.status()["snapshot"])["unchecked"] == 0 and st["checked"] > 0 and st, 120,
                       "every skipped signature checked")

@@ -84,6 +84,12 @@ def read_arguments(s: argparse.ArgumentParser) -> None:
     s.set_defaults(fn=commands.cmd_read)
 
 
+def retract_arguments(s: argparse.ArgumentParser) -> None:
+    s.add_argument("message_id", metavar="MESSAGE_ID", help="the id send printed")
+    s.add_argument("--from", dest="sender", required=True, metavar="ROLE", help="the role that sent it")
+    s.set_defaults(fn=commands.cmd_retract)
+
+
 # -- looking at the node -----------------------------------------------------------------------------
 
 

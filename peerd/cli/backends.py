@@ -2,9 +2,11 @@
 API, or the replica file itself when no daemon runs for the home.
 
 Invariants:
-* Both backends return the same JSON-ready shapes (the local API's), so a
-  command prints the same whichever answered; the offline one gets them from
-  ``Replica`` methods and their ``to_dict()``, never from the daemon's modules.
+* Both backends return the same JSON-ready shapes (the local API's, which are
+  ``replica.service``'s), so a command prints the same whichever answered; the
+  offline one calls the same service, never the daemon's modules.
+* ``inbox`` with ``wait`` waits with or without a daemon: offline on the replica's
+  change feed (a file watch), never a sleep.
 * The local API is on loopback: requests never go through a proxy named in the
   environment. An HTTP error becomes ``CliError`` with the daemon's message; a
   daemon that does not answer is exit code 3.
@@ -16,10 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,7 +31,10 @@ from peerd import home as homes
 from peerd.cli.errors import EXIT_NO_DAEMON, EXIT_NO_HOME, CliError
 from peerd.config import load_config
 from replica import Replica, open_home
+from replica.api import now_ms
+from replica.feed import ChangeFeed
 from replica.routing import DEFAULT_BROADCAST_HISTORY_MS
+from replica.service import Service
 
 HTTP_TIMEOUT = 30.0
 
@@ -40,9 +47,10 @@ class Backend(Protocol):
     live: bool  # a daemon answers (waits block there) rather than the replica file itself
 
     def send(self, body: dict[str, Any]) -> dict[str, Any]: ...
-    def message_status(self, message_id: str) -> list[dict[str, Any]]: ...
+    def message_status(self, message_id: str) -> dict[str, Any]: ...
     def inbox(self, body: dict[str, Any]) -> dict[str, Any]: ...
     def read(self, receipts: list[str]) -> dict[str, Any]: ...
+    def retract(self, message_id: str, sender: str) -> dict[str, Any]: ...
     def log(self, after: int | None, limit: int, wait: float) -> dict[str, Any]: ...
     def search(self, query: str, from_: str | None, channel: str | None, since: int | None,
                limit: int) -> dict[str, Any]: ...
@@ -78,14 +86,17 @@ class DaemonBackend:
     def send(self, body: dict[str, Any]) -> dict[str, Any]:
         return dict(self.call("POST", "/api/send", body))
 
-    def message_status(self, message_id: str) -> list[dict[str, Any]]:
-        return list(self.call("GET", f"/api/messages/{urllib.parse.quote(message_id, safe='')}/status"))
+    def message_status(self, message_id: str) -> dict[str, Any]:
+        return dict(self.call("GET", f"/api/messages/{urllib.parse.quote(message_id, safe='')}/status"))
 
     def inbox(self, body: dict[str, Any]) -> dict[str, Any]:
         return dict(self.call("POST", "/api/check", body, timeout=HTTP_TIMEOUT + float(body.get("wait") or 0)))
 
     def read(self, receipts: list[str]) -> dict[str, Any]:
         return dict(self.call("POST", "/api/read", {"receiptIds": receipts}))
+
+    def retract(self, message_id: str, sender: str) -> dict[str, Any]:
+        return dict(self.call("POST", "/api/retract", {"messageId": message_id, "from": sender}))
 
     def log(self, after: int | None, limit: int, wait: float) -> dict[str, Any]:
         return dict(self.call("GET", "/api/messages", query={"after": after, "limit": limit, "wait": wait or None},
@@ -129,23 +140,32 @@ class OfflineBackend:
     def __init__(self, home: Path) -> None:
         self.live = False
         self.rep: Replica = open_home(home, broadcast_history_ms=_history_ms(home))
+        self.svc = Service(self.rep)
 
     def send(self, body: dict[str, Any]) -> dict[str, Any]:
-        check = self.rep.recipient_check(body["channel"])
-        sent = self.rep.send_message(body["from"], body["channel"], body["content"], body.get("instanceId"),
-                                     body.get("fromInstanceId"))
-        return {**sent.to_dict(), **check.to_dict()}
+        return self.svc.send(body["from"], body["channel"], body["content"], instance=body.get("instanceId"),
+                             from_instance=body.get("fromInstanceId")).wire()
 
-    def message_status(self, message_id: str) -> list[dict[str, Any]]:
-        return [s.to_dict() for s in self.rep.message_status(message_id)]
+    def message_status(self, message_id: str) -> dict[str, Any]:
+        return self.svc.status(message_id)
 
     def inbox(self, body: dict[str, Any]) -> dict[str, Any]:
-        read = self.rep.inbox_all if body.get("all") else self.rep.check_messages
-        return read(body["recipient"], body.get("recipientInstanceId"), body.get("since"),
-                    body.get("limit", 50)).to_dict()
+        """A page of the inbox; with ``wait``, block (on the replica's change feed: a file watch,
+        so a write by any process wakes it) until something arrives or the time is up."""
+        def look() -> dict[str, Any]:
+            return self.svc.inbox(body["recipient"], body.get("recipientInstanceId"), body.get("since"),
+                                  body.get("limit", 50), include_read=bool(body.get("all")), now_ms=now_ms())
+
+        wait = float(body.get("wait") or 0)
+        if wait <= 0:
+            return look()
+        return wait_offline(self.rep, look, wait)
 
     def read(self, receipts: list[str]) -> dict[str, Any]:
-        return {"marked": self.rep.mark_as_read(receipts)}
+        return self.svc.mark(receipts).wire()
+
+    def retract(self, message_id: str, sender: str) -> dict[str, Any]:
+        return self.svc.retract(message_id, sender)
 
     def log(self, after: int | None, limit: int, wait: float) -> dict[str, Any]:
         return self.rep.message_log(after, limit).to_dict()
@@ -159,17 +179,37 @@ class OfflineBackend:
         return [t.to_dict() for t in self.rep.list_threads()]
 
     def profiles(self) -> list[dict[str, Any]]:
-        return [p.to_dict() for p in self.rep.list_profiles()]
+        return self.svc.profiles()
 
     def profile(self, oid: str) -> dict[str, Any] | None:
-        p = self.rep.get_profile(oid)
-        return None if p is None else p.to_dict()
+        return self.svc.profile(oid)
 
     def update_profile(self, oid: str, fields: dict[str, str]) -> dict[str, Any]:
-        return self.rep.update_profile(oid, fields.get("name"), fields.get("static"), fields.get("dynamic")).to_dict()
+        return self.svc.update_profile(oid, fields.get("name"), fields.get("static"), fields.get("dynamic"))
 
     def close(self) -> None:
         self.rep.close()
+
+
+def wait_offline(rep: Replica, look: Callable[[], dict[str, Any]], wait: float) -> dict[str, Any]:
+    """``look()`` until it finds messages or ``wait`` seconds pass, looking again after each change
+    the replica's feed reports (its file watch sees every process's commits); the mark is taken
+    before each look, so a change between the look and the wait is never missed."""
+    feed = ChangeFeed.watching(rep)
+    changed = threading.Event()
+    unsubscribe = feed.subscribe(changed.set)
+    deadline = time.monotonic() + wait
+    try:
+        while True:
+            changed.clear()
+            out = look()
+            left = deadline - time.monotonic()
+            if out["messages"] or left <= 0:
+                return out
+            changed.wait(left)
+    finally:
+        unsubscribe()
+        feed.close()
 
 
 def _history_ms(home: Path) -> int:
@@ -187,8 +227,12 @@ def running_daemon(home: Path) -> dict[str, Any] | None:
 
 
 def daemon(home: Path, flag: str = "") -> DaemonBackend:
-    """The running daemon of ``home``; exit code 3 if there is none (``flag``: the ``--home`` for hints)."""
+    """The running daemon of ``home``; exit code 3 if there is none, 4 if the home itself does not
+    exist (never a hint to start one there) (``flag``: the ``--home`` for hints)."""
     info = running_daemon(home)
+    if info is None and not _initialised(home):  # a typo: starting a daemon there would make a new fleet
+        raise CliError(f"no peerd home at {home}: nothing runs or was ever set up there; check --home or "
+                       "PEERD_HOME (the home of your node holds config.toml and replica.db)", EXIT_NO_HOME)
     if info is None:
         raise CliError(f"no daemon is running for {home} (start one with: peerd run{flag})", EXIT_NO_DAEMON)
     return DaemonBackend(str(info["local_url"]))

@@ -29,7 +29,7 @@ from peerd.cli.errors import EXIT_NO_DAEMON, EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE
 from peerd.cli.setup import home_flag, open_fleet
 from peerd.config import decode_fleet_key, with_overrides
 from peerd.netaddr import advertised_host
-from replica import open_home, receipt_state
+from replica import open_home
 
 FOLLOW_WAIT = 25.0  # seconds one long-poll of --follow waits for news
 OFFLINE_POLL = 0.5  # seconds between looks at the replica when following with no daemon
@@ -156,9 +156,8 @@ def _message_status(args: argparse.Namespace) -> int:
     if args.watch:
         raise CliError("--watch shows the node's status; leave it out with a MESSAGE_ID", EXIT_USAGE)
     with backend(_home(args), _flag(args)) as b:
-        rows = b.message_status(args.message_id)
-    recipients = [{**r, "state": receipt_state(r.get("delivered_at"), r.get("read_at"))} for r in rows]
-    _emit(args, {"message_id": args.message_id.strip(), "recipients": recipients}, fmt.format_message_status)
+        out = b.message_status(args.message_id)
+    _emit(args, out, fmt.format_message_status)
     return 0
 
 
@@ -176,19 +175,21 @@ def cmd_send(args: argparse.Namespace) -> int:
             "instanceId": args.instance, "fromInstanceId": args.from_instance}
     with backend(_home(args), _flag(args)) as b:
         sent = b.send(body)
-    if sent.get("unknown_recipients"):  # stderr: --json output stays one object
-        print(fmt.unknown_recipients_warning(sent["unknown_recipients"], sent.get("known_roles") or []),
-              file=sys.stderr, flush=True)
-    _emit(args, sent, lambda d: f"sent {d['id']} to {', '.join(d['recipients'])}")
+    _warn(sent)
+    _emit(args, sent, lambda d: f"sent {d['messageId']} to {', '.join(d['recipients'])}")
     return 0
+
+
+def _warn(out: dict[str, Any]) -> None:
+    """A result's warning sentence, on stderr (--json output stays one object)."""
+    if out.get("warning"):
+        print(f"warning: {out['warning']}", file=sys.stderr, flush=True)
 
 
 def cmd_inbox(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"recipient": args.role, "recipientInstanceId": args.instance, "limit": args.limit,
                             "wait": args.wait, "all": args.all}
     with backend(_home(args), _flag(args)) as b:
-        if not b.live:
-            body.pop("wait")
         inbox = b.inbox(body)
         if not args.follow:
             _emit(args, inbox, lambda d: fmt.format_inbox(d, all_=args.all))
@@ -206,10 +207,7 @@ def _follow_inbox(args: argparse.Namespace, b: Backend, body: dict[str, Any],
             for m in batch["messages"]:
                 _emit_line(args, m, fmt.format_inbox_message)
             body["since"] = batch["cursor"]
-            if b.live:
-                body["wait"] = FOLLOW_WAIT
-            else:
-                time.sleep(OFFLINE_POLL)
+            body["wait"] = FOLLOW_WAIT  # the daemon's wait, or offline the replica's change feed
             batch = b.inbox(body)
     except KeyboardInterrupt:
         return 0
@@ -218,7 +216,16 @@ def _follow_inbox(args: argparse.Namespace, b: Backend, body: dict[str, Any],
 def cmd_read(args: argparse.Namespace) -> int:
     with backend(_home(args), _flag(args)) as b:
         result = b.read(args.receipts)
-    _emit(args, result, lambda d: f"marked {d['marked']} read")
+    _warn(result)
+    _emit(args, result, lambda d: f"marked {d['markedAsRead']} read")
+    return 0
+
+
+def cmd_retract(args: argparse.Namespace) -> int:
+    with backend(_home(args), _flag(args)) as b:
+        out = b.retract(args.message_id, args.sender)
+    _emit(args, out, lambda d: f"retracted {d['messageId']}: every node drops its content "
+                               f"({fmt.plural(d['receiptsDeleted'], 'receipt')} no longer served)")
     return 0
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from peerd.cli.retention import status_lines
 from replica.models import receipt_state
+from replica.stamps import iso_ms
 
 BAR_WIDTH = 30
 
@@ -173,10 +174,15 @@ def format_inbox(d: dict[str, Any], *, all_: bool = False) -> str:
     return "\n".join(format_inbox_message(m) for m in d["messages"])
 
 
+def when(ms: int | None) -> str:
+    """A time of the one vocabulary (Unix ms) as people read it (ISO-8601 UTC)."""
+    return "-" if ms is None else iso_ms(ms)
+
+
 def format_inbox_message(m: dict[str, Any]) -> str:
-    state = receipt_state(m.get("delivered_at"), m.get("read_at"))
-    return (f"[{m['created']}] {_who(m['sender'], m.get('sender_instance'))} -> {m['channel']}: {m['content']}\n"
-            f"    receipt {m['receipt_id']}  ({state})")
+    state = receipt_state(m.get("deliveredAt"), m.get("readAt"))
+    return (f"[{when(m['createdAt'])}] {_who(m['from'], m.get('fromInstanceId'))} -> {m['channel']}: "
+            f"{m['content']}\n    receipt {m['receiptId']}  ({state})")
 
 
 def format_search(d: dict[str, Any]) -> str:
@@ -201,6 +207,7 @@ def _clip(text: str | None, n: int = 40) -> str | None:
 
 def _object_text(obj: dict[str, Any]) -> str | None:
     """A profile's static or dynamic object in one line: a lone text value alone, or key=value pairs."""
+    obj = {k: v for k, v in obj.items() if v not in ("", [], {}, None)}  # VantagePeers' empty defaults
     if not obj:
         return None
     if len(obj) == 1 and isinstance(value := next(iter(obj.values())), str):
@@ -209,19 +216,19 @@ def _object_text(obj: dict[str, Any]) -> str | None:
 
 
 def _profile_id(p: dict[str, Any]) -> str:
-    return f"{p['orchestrator_id']}/{p['instance_id']}" if p.get("instance_id") else str(p["orchestrator_id"])
+    return f"{p['orchestratorId']}/{p['instanceId']}" if p.get("instanceId") else str(p["orchestratorId"])
 
 
 def format_profiles(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "no profiles"
     return table([(_profile_id(p), p["name"], _clip(_object_text(p["static"])), _clip(_object_text(p["dynamic"])),
-                   p["updated"]) for p in rows], ["ID", "NAME", "STATIC", "DYNAMIC", "UPDATED"])
+                   when(p["updatedAt"])) for p in rows], ["ID", "NAME", "STATIC", "DYNAMIC", "UPDATED"])
 
 
 def format_profile(p: dict[str, Any]) -> str:
     rows = [("id", _profile_id(p)), ("name", p["name"]), ("static", _object_text(p["static"])),
-            ("dynamic", _object_text(p["dynamic"])), ("updated", p["updated"])]
+            ("dynamic", _object_text(p["dynamic"])), ("updated", when(p["updatedAt"]))]
     return "\n".join(f"{k:<8} {'-' if v is None else v}" for k, v in rows)
 
 
@@ -229,13 +236,14 @@ def format_message_status(d: dict[str, Any]) -> str:
     """Who a message reached: one row per recipient (role, instance) with its state."""
     rows = d["recipients"]
     if not rows:
-        return (f"message {d['message_id']}: no recipients known yet "
+        return (f"message {d['messageId']}: no recipients known yet "
                 "(a broadcast reaches each role with a profile as it appears)")
     read = sum(1 for r in rows if r["state"] == "read")
     delivered = sum(1 for r in rows if r["state"] == "delivered")
-    head = (f"message {d['message_id']}: {read} of {plural(len(rows), 'recipient')} read, {delivered} delivered"
+    head = (f"message {d['messageId']}: {read} of {plural(len(rows), 'recipient')} read, {delivered} delivered"
             f" and not read, {len(rows) - read - delivered} pending")
-    return head + "\n" + table([(r["role"], r["instance"], r["state"], r["delivered_at"], r["read_at"]) for r in rows],
+    return head + "\n" + table([(r["role"], r["instanceId"], r["state"], when(r["deliveredAt"]) if r["deliveredAt"]
+                                 else None, when(r["readAt"]) if r["readAt"] else None) for r in rows],
                                ["ROLE", "INSTANCE", "STATE", "DELIVERED", "READ"])
 
 
@@ -255,14 +263,3 @@ def format_orientation(info: dict[str, Any], *, flag: str, new_fleet: bool) -> s
         lines.append(f"  invite     to add a machine on this LAN, run there: peerd join --lan  then here: "
                      f"peerd approve CODE{flag}  (or here: peerd invite{flag}  then there: peerd join TOKEN)")
     return "\n".join(lines)
-
-
-def unknown_recipients_warning(unknown: Sequence[str], known: Sequence[str]) -> str:
-    """The warning ``send`` prints (the message is stored all the same)."""
-    who = ", ".join(repr(r) for r in unknown)
-    subject = f"role {who} has" if len(unknown) == 1 else f"roles {who} have"
-    text = (f"warning: {subject} not been seen in this fleet yet (no profile, never sent a message, never "
-            "checked an inbox); the message is stored and waits until one appears")
-    if known:
-        text += f"\n  known roles: {', '.join(known)}"
-    return text

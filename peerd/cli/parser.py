@@ -64,6 +64,7 @@ COMMANDS = (
     Command("inbox", "arguments", "unread messages for a role (records delivery)"),
     Command("hook", "hook", "print a role's unread mail for a Claude Code or Codex hook", usage_exit=1),
     Command("read", "arguments", "mark messages read by receipt id"),
+    Command("retract", "arguments", "retract a message you sent: every node drops its content (signed)"),
     Command("status", "arguments", "node, fleet, peers, per-peer lag, totals, catch-up; or, given a MESSAGE_ID, "
                                    "who got that message and read it"),
     Command("peers", "arguments", "known peers: how found, live or not, lag, last error"),
