@@ -223,7 +223,7 @@ async def deliver(
     while True:
         inbox = await waiting
         cursors.at[receiver.name] = inbox["cursor"]
-        if any(m["id"] == sent["id"] for m in inbox["messages"]):
+        if any(m["messageId"] == sent["messageId"] for m in inbox["messages"]):
             return time.perf_counter() - t0
         if time.perf_counter() - t0 > 10:
             raise RuntimeError(f"{receiver.name} did not receive {sent['id']} within 10 s")
@@ -371,7 +371,7 @@ async def arrival(bench: Bench, d: Daemon, since: int, msg_id: asyncio.Future[st
         at = time.perf_counter()
         cursor = inbox["cursor"]
         want = await msg_id
-        if any(m["id"] == want for m in inbox["messages"]):
+        if any(m["messageId"] == want for m in inbox["messages"]):
             return d.name, at, cursor
 
 
@@ -385,7 +385,7 @@ async def spread_once(bench: Bench, group: Sequence[Daemon], sender: Daemon, cur
     await asyncio.gather(*(ev.wait() for ev in sent))  # every check is on its way
     t0 = time.perf_counter()
     sent = await bench.send(sender, "spread", fresh=True)
-    msg_id.set_result(sent["id"])
+    msg_id.set_result(sent["messageId"])
     done, pending = await asyncio.wait(waits, timeout=SPREAD_TIMEOUT)
     for task in pending:
         task.cancel()

@@ -590,9 +590,9 @@ def campaign(args: argparse.Namespace, root: Path) -> bool:
         tracebacks = log_text.count("Traceback")
         accept_loops = log_text.count("out of system resource")
         sent = b.send("bob", "alice", "after the campaign") if alive else None
-        synced = alive and sent is not None and bool(wait_until(lambda: a.has_message(sent["id"]), 60, "b to a"))
+        synced = alive and sent is not None and bool(wait_until(lambda: a.has_message(sent["messageId"]), 60, "b to a"))
         sent2 = a.send("alice", "bob", "after the campaign") if alive else None
-        synced = synced and sent2 is not None and bool(wait_until(lambda: b.has_message(sent2["id"]), 60, "a to b"))
+        synced = synced and sent2 is not None and bool(wait_until(lambda: b.has_message(sent2["messageId"]), 60, "a to b"))
         status = a.status() if alive else {}
 
         section("inputs tried")

@@ -76,6 +76,12 @@ def is_known(cur: sqlite3.Cursor, role: str) -> bool:
     return bool(row[0])
 
 
+def close(unknown: Sequence[str], known: Sequence[str]) -> list[str]:
+    """The known roles spelt close to an unknown one (a likely typo), closest first."""
+    return list(dict.fromkeys(k for u in unknown for k in difflib.get_close_matches(name_key(u), known, n=3,
+                                                                                      cutoff=0.6)))
+
+
 def hint(unknown: Sequence[str], known: Sequence[str], cap: int = HINT_ROLES) -> list[str]:
     """At most ``cap`` known roles to name next to unknown ones: the closest spellings first."""
     return list(_hint(tuple(unknown), tuple(known), cap))

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from replica import wire
+from replica import firstseen, wire
 from replica.api import Replica
 from replica.errors import InvalidArgument, NotFound
 from replica.models import MarkResult, MessageRecord, Profile, RecipientCheck, SentMessage
@@ -39,15 +39,18 @@ def _quoted(names: Sequence[str]) -> str:
 
 def unknown_role_warning(check: RecipientCheck) -> str | None:
     """The sentence a send to never-seen roles answers with (the message is stored all the same)."""
-    if not check.unknown_recipients:
+    unknown = check.unknown_recipients
+    if not unknown:
         return None
-    who = _quoted(check.unknown_recipients)
-    one = len(check.unknown_recipients) == 1
-    head = (f"no agent has used the role {who} yet: the message waits for {'it' if one else 'them'}"
-            if one else f"no agent has used the roles {who} yet: the message waits for them")
-    if not check.known_roles:
-        return head + "; this node knows no role yet."
-    return f"{head}. Did you mean {_quoted(check.known_roles[:3])}? Known roles: {', '.join(check.known_roles)}."
+    subject = f"role {_quoted(unknown)} has" if len(unknown) == 1 else f"roles {_quoted(unknown)} have"
+    text = (f"{subject} not been seen in this fleet yet (no profile, never sent a message, never checked an "
+            "inbox); the message is stored and waits until one appears.")
+    near = firstseen.close(unknown, check.known_roles)
+    if near:
+        text += f" Did you mean {_quoted(near)}?"
+    if check.known_roles:
+        return text + f" Known roles: {', '.join(check.known_roles)}."
+    return text + " This node knows no role yet."
 
 
 def mark_problem(done: MarkResult, caller: str | None, asked: int) -> str | None:

@@ -266,7 +266,7 @@ def test_send_to_an_unknown_role_warns_and_still_stores(tmp_path: Path) -> None:
     ok("profile", "reviewer", "--set", "name=Reviewer", "--home", str(home))
     proc = peerd("send", "--home", str(home), "--from", "lead", "--to", "reveiwer", "--json", "please look")
     assert proc.returncode == 0
-    assert "warning: no agent has used the role 'reveiwer' yet" in proc.stderr
+    assert "warning: role 'reveiwer' has not been seen in this fleet yet" in proc.stderr
     assert "Did you mean 'reviewer'?" in proc.stderr
     sent = json.loads(proc.stdout)
     assert sent["unknownRecipients"] == ["reveiwer"]

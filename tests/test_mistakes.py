@@ -108,7 +108,7 @@ async def test_a_send_to_a_never_seen_role_warns_with_the_closest_known(replica:
         result = await c.call_tool("send_message", {"from": "alpha", "channel": "reveiwer", "content": "x"})
         assert not result.is_error and result.structured_content is not None
         warning = texts(result)[1]
-        assert warning.startswith("warning: no agent has used the role 'reveiwer' yet")
+        assert warning.startswith("warning: role 'reveiwer' has not been seen in this fleet yet")
         assert "Did you mean 'reviewer'" in warning
         assert result.structured_content["warning"] == warning.removeprefix("warning: ")
         assert json.loads(texts(result)[0])["messageId"] == result.structured_content["messageId"]
