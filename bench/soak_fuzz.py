@@ -592,7 +592,8 @@ def campaign(args: argparse.Namespace, root: Path) -> bool:
         sent = b.send("bob", "alice", "after the campaign") if alive else None
         synced = alive and sent is not None and bool(wait_until(lambda: a.has_message(sent["messageId"]), 60, "b to a"))
         sent2 = a.send("alice", "bob", "after the campaign") if alive else None
-        synced = synced and sent2 is not None and bool(wait_until(lambda: b.has_message(sent2["messageId"]), 60, "a to b"))
+        synced = synced and sent2 is not None and bool(
+            wait_until(lambda: b.has_message(sent2["messageId"]), 60, "a to b"))
         status = a.status() if alive else {}
 
         section("inputs tried")

@@ -45,6 +45,16 @@ def add_session_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--instance", type=nonempty, help="stdio: bind this session to an instance id")
 
 
+TOOL_SET_NAMES = ("all", "vantage", "agentmsgs")  # mcp_server.toolsets.TOOL_SETS (a test holds them equal)
+
+
+def add_tools_argument(p: argparse.ArgumentParser) -> None:
+    """Which tools the server offers (an HTTP session may ask for another set by header or query)."""
+    p.add_argument("--tools", choices=TOOL_SET_NAMES, default="all",
+                   help="offer only VantagePeers' tools (vantage), AgentMsgs' (agentmsgs), or every tool (all, "
+                        "the default); HTTP sessions may ask with the X-Peerd-Tools header or ?tools=")
+
+
 def add_push_arguments(p: argparse.ArgumentParser) -> None:
     """What a bound stdio session gets pushed (HTTP sessions say it by headers)."""
     p.add_argument("--from", dest="push_from", action="append", metavar="ROLE",

@@ -39,10 +39,10 @@ MCP_PATH = "/mcp"
 
 
 def http_app(replica: ReplicaSource, *, waiter: Waiter, fleet_id: FleetIdProvider | None = None,
-             path: str = MCP_PATH) -> ASGIApp:
+             path: str = MCP_PATH, tools: str = "all") -> ASGIApp:
     """The ASGI app serving MCP streamable HTTP at ``path`` (host it behind ``LocalOnly``)."""
     hub = PushHub(replica_source(replica), waiter, lambda r: http_config(r, request_binding(r, SessionBinding())))
-    server = build_server(replica, waiter=waiter, bind=None, fleet_id=fleet_id, push=hub)
+    server = build_server(replica, waiter=waiter, bind=None, fleet_id=fleet_id, push=hub, tools=tools)
     app = server.streamable_http_app(
         streamable_http_path=path,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),

@@ -41,6 +41,7 @@ from mcp_server.tools import (
     ToolSpec,
     Wire,
 )
+from mcp_server.toolsets import ToolSetFilter, tool_set
 from replica import PeerdError, Replica
 from replica.errors import face
 from replica.feed import Waiter
@@ -201,14 +202,16 @@ def replica_source(replica: ReplicaSource) -> Callable[[], Replica]:
 
 
 def build_server(replica: ReplicaSource, *, waiter: Waiter, bind: SessionBinding | None = None,
-                 fleet_id: FleetIdProvider | None = None, push: PushHub | None = None) -> MCPServer[Any]:
+                 fleet_id: FleetIdProvider | None = None, push: PushHub | None = None,
+                 tools: str = "all") -> MCPServer[Any]:
     """An MCP server with every peerd tool and resource over ``replica`` (a Replica or a
     zero-argument provider).
 
     ``waiter`` blocks ``wait`` calls until the replica changes; ``bind`` is the session binding
     when the transport cannot carry one (stdio); ``fleet_id`` is an optional daemon hook
     (called on the event loop: it must not block); ``push`` pushes mail and resource updates
-    to sessions (``mcp_server.channel``; without it there are neither).
+    to sessions (``mcp_server.channel``; without it there are neither); ``tools`` names the tool
+    set offered (``mcp_server.toolsets``; an HTTP request may ask for another).
     """
     source = replica_source(replica)
     env = Env(source, waiter, bind or SessionBinding(), fleet_id)
@@ -219,7 +222,7 @@ def build_server(replica: ReplicaSource, *, waiter: Waiter, bind: SessionBinding
         instructions=INSTRUCTIONS,
         tools=[make_tool(spec, env) for spec in specs],
         log_level="WARNING",
-        middleware=[push.middleware] if push is not None else None,
+        middleware=[*([push.middleware] if push is not None else []), ToolSetFilter(tool_set(tools)).middleware],
     )
     resources.register(server, source)
     return server

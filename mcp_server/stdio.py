@@ -44,14 +44,15 @@ async def run_stdio(home: Path, role: str | None = None, instance: str | None = 
 
 async def serve_stdio(replica: Replica, source: Source | None, role: str | None = None,
                       instance: str | None = None, *, fleet_id: str | None = None, push: bool = True,
-                      push_from: Sequence[str] = ()) -> None:
+                      push_from: Sequence[str] = (), tools: str = "all") -> None:
     """Serve every peerd tool over stdin/stdout on an open ``replica`` until stdin closes.
     ``source``: how the feed learns of other processes' writes (None: nobody else writes,
     as for a replica in memory). ``push`` / ``push_from`` (an allowlist of senders) shape the
     channel pushes of a bound session. The caller closes the replica."""
     async with wired(replica, source) as wiring:
         server, hub = wiring.stdio_server(SessionBinding(role, instance), push=push, senders=frozenset(push_from),
-                                          fleet_id=(lambda: fleet_id) if fleet_id is not None else None)
+                                          fleet_id=(lambda: fleet_id) if fleet_id is not None else None,
+                                          tools=tools)
         try:
             await run_guarded(server)
         finally:

@@ -226,10 +226,10 @@ _DROP = ToolAnnotations(read_only_hint=False, destructive_hint=True)
 TOOLS: tuple[ToolSpec[Any, Any], ...] = (
     ToolSpec("send_message", "Send a message to a role, a comma-separated list of roles, an instance, or "
              "'broadcast'; returns its messageId.", s.SendMessageArgs, s.SentOut, send_message, _ADD),
-    ToolSpec("check_messages", "Fetch your unread messages (oldest first) with their receipt ids; "
-             "set wait to block until one arrives.", s.CheckMessagesArgs, s.InboxOut, check_messages, _ADD),
-    ToolSpec("mark_as_read", "Mark messages read by the receipt ids check_messages gave you, so they are "
-             "not returned again.", s.MarkAsReadArgs, s.MarkedOut, mark_as_read, _SET),
+    ToolSpec("check_messages", "Fetch your unread messages (oldest first) with their receipt ids; set wait "
+             "to block until one arrives. Thread messages: poll.", s.CheckMessagesArgs, s.InboxOut, check_messages, _ADD),
+    ToolSpec("mark_as_read", "Mark messages read by the receiptIds check_messages gave you (not messageIds), "
+             "so they are not returned again. Threads: mark_read.", s.MarkAsReadArgs, s.MarkedOut, mark_as_read, _SET),
     ToolSpec("delete_message", "Retract a message you sent: every node drops its content and it leaves "
              "every inbox and search.", s.DeleteMessageArgs, s.RetractedOut, delete_message, _DROP),
     ToolSpec("get_message", "Fetch one message by its messageId, with channel, sender, sessionDay and tenant.",
@@ -238,8 +238,8 @@ TOOLS: tuple[ToolSpec[Any, Any], ...] = (
              "tenant; page with cursor.", s.ListMessagesArgs, s.MessagePageOut, list_messages, _READ),
     ToolSpec("list_broadcast_status", "Show each recipient's read state for a message (broadcast or not).",
              s.BroadcastStatusArgs, s.BroadcastStatusOut, list_broadcast_status, _READ),
-    ToolSpec("search_messages_by_keyword", "Full-text search of messages, best match first; filter by sender, "
-             "exact channel, sessionDay or tenant.", s.KeywordSearchArgs, s.KeywordOut,
+    ToolSpec("search_messages_by_keyword", "Keyword search of channel messages (VantagePeers'; words as "
+             "prefixes), best first; filter by sender, exact channel, sessionDay, tenant.", s.KeywordSearchArgs, s.KeywordOut,
              search_messages_by_keyword, _READ),
     ToolSpec("set_summary", "Say what you are working on now (your profile's currentTask, and lastSeen); "
              "shown by list_peers.", s.SetSummaryArgs, s.SummaryOut, set_summary, _SET),
@@ -253,8 +253,8 @@ TOOLS: tuple[ToolSpec[Any, Any], ...] = (
              s.GetProfileArgs, None, get_profile, _READ),
     ToolSpec("message_status", "Show, for each recipient of a message, whether it is pending, delivered "
              "or read.", s.MessageStatusArgs, s.StatusOut, message_status, _READ),
-    ToolSpec("search_messages", "Full-text search over every message this node holds (all words must match), "
-             "best match first; filter by sender, channel or cursor.", s.SearchMessagesArgs, s.SearchOut,
+    ToolSpec("search_messages", "Full-text search of every message held here, threads too (all words "
+             "must match), best first; for channel messages by day or tenant: search_messages_by_keyword.", s.SearchMessagesArgs, s.SearchOut,
              search_messages, _READ),
     ToolSpec("whoami", "Show this node's id, its fleet id and the role and instance this session is "
              "bound to.", s.NoArgs, s.WhoamiOut, whoami, _READ),
@@ -275,9 +275,9 @@ TOOLS: tuple[ToolSpec[Any, Any], ...] = (
     ToolSpec("append", "Post a message to a thread as one of its participants; returns its seq.",
              s.AppendArgs, s.AppendOut, append, _ADD),
     ToolSpec("poll", "Read a thread's messages after a seq, oldest first; set wait to block until a new "
-             "one arrives.", s.PollArgs, s.PollOut, poll, _READ),
+             "one arrives. Channel mail: check_messages.", s.PollArgs, s.PollOut, poll, _READ),
     ToolSpec("has_unread", "Tell whether a thread holds messages from others that the agent has not read.",
              s.ThreadAgentArgs, s.HasUnreadOut, has_unread, _READ),
-    ToolSpec("mark_read", "Mark an agent's thread messages up to seq as read.",
+    ToolSpec("mark_read", "Mark an agent's thread messages up to seq as read (channel mail: mark_as_read).",
              s.MarkReadArgs, s.MarkReadOut, mark_read, _SET),
 )

@@ -55,19 +55,19 @@ class Wiring:
         daemon's; none for a replica in memory). Off the loop, as ``over``."""
         return cls(replica, ChangeFeed.watching(replica))
 
-    def mcp_http(self, fleet_id: FleetId | None = None) -> Callable[[], ASGIApp]:
+    def mcp_http(self, fleet_id: FleetId | None = None, tools: str = "all") -> Callable[[], ASGIApp]:
         """What builds MCP streamable HTTP on this wiring; it imports the MCP SDK when called
         (peerd's local server calls it on the first ``/mcp`` request, in a worker thread)."""
 
         def build() -> ASGIApp:
             from mcp_server.http import http_app  # noqa: PLC0415 - the MCP SDK, only once MCP is asked for
 
-            return http_app(self.replica, waiter=self.waiter, fleet_id=fleet_id)
+            return http_app(self.replica, waiter=self.waiter, fleet_id=fleet_id, tools=tools)
 
         return build
 
     def stdio_server(self, binding: SessionBinding, *, push: bool = True, senders: frozenset[str] = frozenset(),
-                     fleet_id: FleetId | None = None) -> tuple[MCPServer, PushHub]:
+                     fleet_id: FleetId | None = None, tools: str = "all") -> tuple[MCPServer, PushHub]:
         """The MCP server of one stdio session bound by ``binding``, and the hub that pushes its
         mail (``push`` off: none; ``senders``: only from these). The caller closes the hub."""
         from mcp_server.channel import PushConfig, PushHub  # noqa: PLC0415 - the MCP SDK
@@ -75,7 +75,8 @@ class Wiring:
 
         config = PushConfig(binding, enabled=push, senders=senders)
         hub = PushHub(lambda: self.replica, self.waiter, lambda _request: config)
-        return build_server(self.replica, waiter=self.waiter, bind=binding, push=hub, fleet_id=fleet_id), hub
+        return build_server(self.replica, waiter=self.waiter, bind=binding, push=hub, fleet_id=fleet_id,
+                            tools=tools), hub
 
     def close(self) -> None:
         """Release every waiting call, then stop the feed (the replica stays open)."""

@@ -31,7 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from mcp_server.arguments import DEFAULT_HTTP_PORT, add_push_arguments, add_replica_arguments, add_session_arguments
+from mcp_server.arguments import (
+    DEFAULT_HTTP_PORT,
+    add_push_arguments,
+    add_replica_arguments,
+    add_session_arguments,
+    add_tools_argument,
+)
 from peerd import home as homes
 from peerd.cli.errors import EXIT_USAGE, CliError
 from peerd.cli.setup import home_flag, open_fleet
@@ -57,6 +63,7 @@ class Plan:
     instance: str | None = None
     push: bool = True  # stdio: a bound session is a Claude Code channel
     push_from: tuple[str, ...] = ()
+    tools: str = "all"  # the tool set offered (mcp_server.toolsets)
 
 
 def _usage(message: str) -> CliError:
@@ -87,7 +94,7 @@ def plan(args: argparse.Namespace, resolve_home: Path) -> Plan:
     home = None if args.in_memory or db is not None else resolve_home
     host = args.host.strip().lower() if args.host else "127.0.0.1"
     return Plan(args.transport, home, db, port, host, args.role, args.instance, not args.no_push,
-                tuple(args.push_from or ()))
+                tuple(args.push_from or ()), args.tools)
 
 
 def home_of(p: Plan) -> Path | None:
@@ -129,6 +136,7 @@ def mcp_arguments(s: argparse.ArgumentParser) -> None:
     add_session_arguments(s)
     s.add_argument("--init", action="store_true", help="create the home (a new fleet) if there is none")
     add_push_arguments(s)
+    add_tools_argument(s)
     s.set_defaults(fn=cmd_mcp)
 
 
@@ -144,16 +152,16 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             from mcp_server.stdio import serve_stdio  # noqa: PLC0415 - heavy import, only for this command
 
             asyncio.run(serve_stdio(replica, source, p.role, p.instance, fleet_id=fleet, push=p.push,
-                                    push_from=p.push_from))
+                                    push_from=p.push_from, tools=p.tools))
         else:
-            asyncio.run(serve_http(replica, source, p.port, fleet, host=p.host, json_out=args.json))
+            asyncio.run(serve_http(replica, source, p.port, fleet, host=p.host, json_out=args.json, tools=p.tools))
     finally:
         replica.close()
     return 0
 
 
 async def serve_http(replica: Replica, source: Source | None, port: int, fleet_id: str | None, *,
-                     host: str = "127.0.0.1", json_out: bool = False) -> None:
+                     host: str = "127.0.0.1", json_out: bool = False, tools: str = "all") -> None:
     """Serve MCP streamable HTTP at ``http://127.0.0.1:<port>/mcp`` until SIGINT or SIGTERM."""
     import asyncio  # noqa: PLC0415 - keeps quick commands quick to start
     import signal  # noqa: PLC0415
@@ -169,7 +177,7 @@ async def serve_http(replica: Replica, source: Source | None, port: int, fleet_i
         try:
             for sig in signals:
                 loop.add_signal_handler(sig, stop.set)
-            app = build_app([], wiring.mcp_http(fleet_id=lambda: fleet_id))
+            app = build_app([], wiring.mcp_http(fleet_id=lambda: fleet_id, tools=tools))
             try:
                 server = LocalServer(app, port)
                 await server.start()
