@@ -227,9 +227,11 @@ TOOLS: tuple[ToolSpec[Any, Any], ...] = (
     ToolSpec("send_message", "Send a message to a role, a comma-separated list of roles, an instance, or "
              "'broadcast'; returns its messageId.", s.SendMessageArgs, s.SentOut, send_message, _ADD),
     ToolSpec("check_messages", "Fetch your unread messages (oldest first) with their receipt ids; set wait "
-             "to block until one arrives. Thread messages: poll.", s.CheckMessagesArgs, s.InboxOut, check_messages, _ADD),
+             "to block until one arrives. Thread messages: poll.", s.CheckMessagesArgs, s.InboxOut, check_messages,
+             _ADD),
     ToolSpec("mark_as_read", "Mark messages read by the receiptIds check_messages gave you (not messageIds), "
-             "so they are not returned again. Threads: mark_read.", s.MarkAsReadArgs, s.MarkedOut, mark_as_read, _SET),
+             "so they are not returned again. Threads: mark_read.", s.MarkAsReadArgs, s.MarkedOut, mark_as_read,
+             _SET),
     ToolSpec("delete_message", "Retract a message you sent: every node drops its content and it leaves "
              "every inbox and search.", s.DeleteMessageArgs, s.RetractedOut, delete_message, _DROP),
     ToolSpec("get_message", "Fetch one message by its messageId, with channel, sender, sessionDay and tenant.",
@@ -239,8 +241,8 @@ TOOLS: tuple[ToolSpec[Any, Any], ...] = (
     ToolSpec("list_broadcast_status", "Show each recipient's read state for a message (broadcast or not).",
              s.BroadcastStatusArgs, s.BroadcastStatusOut, list_broadcast_status, _READ),
     ToolSpec("search_messages_by_keyword", "Keyword search of channel messages (VantagePeers'; words as "
-             "prefixes), best first; filter by sender, exact channel, sessionDay, tenant.", s.KeywordSearchArgs, s.KeywordOut,
-             search_messages_by_keyword, _READ),
+             "prefixes), best first; filter by sender, exact channel, sessionDay, tenant.", s.KeywordSearchArgs,
+             s.KeywordOut, search_messages_by_keyword, _READ),
     ToolSpec("set_summary", "Say what you are working on now (your profile's currentTask, and lastSeen); "
              "shown by list_peers.", s.SetSummaryArgs, s.SummaryOut, set_summary, _SET),
     ToolSpec("list_peers", "List the roles and instances this node knows, with role, current task, last seen "
@@ -254,8 +256,8 @@ TOOLS: tuple[ToolSpec[Any, Any], ...] = (
     ToolSpec("message_status", "Show, for each recipient of a message, whether it is pending, delivered "
              "or read.", s.MessageStatusArgs, s.StatusOut, message_status, _READ),
     ToolSpec("search_messages", "Full-text search of every message held here, threads too (all words "
-             "must match), best first; for channel messages by day or tenant: search_messages_by_keyword.", s.SearchMessagesArgs, s.SearchOut,
-             search_messages, _READ),
+             "must match), best first; for channel messages by day or tenant: search_messages_by_keyword.",
+             s.SearchMessagesArgs, s.SearchOut, search_messages, _READ),
     ToolSpec("whoami", "Show this node's id, its fleet id and the role and instance this session is "
              "bound to.", s.NoArgs, s.WhoamiOut, whoami, _READ),
     ToolSpec("create_agent", "Get or create a named agent for threads; returns its agent_id.",

@@ -3,6 +3,7 @@ X-Peerd-Tools header or ?tools=; the vantage list stays small; the default is ev
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from pathlib import Path
@@ -15,8 +16,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from mcp_server import SessionBinding, Wiring, build_server
 from mcp_server.arguments import TOOL_SET_NAMES
-from mcp_server.toolsets import AGENTMSGS, TOOL_SETS, VANTAGE, VANTAGE_BUDGET
 from mcp_server.tools import TOOLS
+from mcp_server.toolsets import AGENTMSGS, TOOL_SETS, VANTAGE, VANTAGE_BUDGET
 from replica import Replica, open_home
 from tests.daemons import PEERD, Fleet
 
@@ -87,7 +88,8 @@ async def test_a_tool_outside_the_set_is_refused(replica: Replica) -> None:
 
 async def test_peerd_mcp_tools_flag_over_stdio(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    subprocess.run([str(PEERD), "init", "--home", str(home)], check=True, capture_output=True)
+    await asyncio.to_thread(subprocess.run, [str(PEERD), "init", "--home", str(home)], check=True,
+                            capture_output=True)
     params = StdioServerParameters(command=str(PEERD), args=["mcp", "--home", str(home), "--tools", "agentmsgs"])
     async with Client(params) as c:
         assert {t.name for t in (await c.list_tools()).tools} == AGENTMSGS
