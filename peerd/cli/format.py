@@ -219,16 +219,23 @@ def _profile_id(p: dict[str, Any]) -> str:
     return f"{p['orchestratorId']}/{p['instanceId']}" if p.get("instanceId") else str(p["orchestratorId"])
 
 
+def _dynamic(p: dict[str, Any]) -> dict[str, Any]:
+    """A profile's dynamic object without the defaults the one view fills in (VantagePeers'
+    ``lastSeen``: the last update, ``sessionCount``: 0), which people need not read."""
+    return {k: v for k, v in p["dynamic"].items()
+            if not (k == "lastSeen" and v == p.get("updatedAt")) and not (k == "sessionCount" and v == 0)}
+
+
 def format_profiles(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "no profiles"
-    return table([(_profile_id(p), p["name"], _clip(_object_text(p["static"])), _clip(_object_text(p["dynamic"])),
+    return table([(_profile_id(p), p["name"], _clip(_object_text(p["static"])), _clip(_object_text(_dynamic(p))),
                    when(p["updatedAt"])) for p in rows], ["ID", "NAME", "STATIC", "DYNAMIC", "UPDATED"])
 
 
 def format_profile(p: dict[str, Any]) -> str:
     rows = [("id", _profile_id(p)), ("name", p["name"]), ("static", _object_text(p["static"])),
-            ("dynamic", _object_text(p["dynamic"])), ("updated", when(p["updatedAt"]))]
+            ("dynamic", _object_text(_dynamic(p))), ("updated", when(p["updatedAt"]))]
     return "\n".join(f"{k:<8} {'-' if v is None else v}" for k, v in rows)
 
 
