@@ -43,7 +43,6 @@ from mcp_server.calls import (
     wait_for_data,
 )
 from mcp_server.threadtools import (
-    agent_names,
     append,
     create_agent,
     create_thread,
@@ -141,20 +140,11 @@ async def delete_message(call: Call, a: s.DeleteMessageArgs) -> Wire:
     return await call.serve(Service.retract, a.message_id, caller)
 
 
-def _search(r: Replica, a: s.SearchMessagesArgs) -> s.SearchOut:
-    hits = r.search_messages(a.query, from_=a.sender, channel=a.channel, since=a.since, limit=a.limit)
-    names = agent_names(r, [h.sender for h in hits if h.thread is not None])
-    items = [
-        s.SearchHitOut(message_id=h.id, sender=names.get(h.sender, h.sender) if h.thread is not None else h.sender,
-                       from_instance_id=h.sender_instance, channel=h.channel, thread_id=h.thread,
-                       content=h.content, created_at=ms_of_iso(h.created), session_day=h.session_day, seq=h.seq)
-        for h in hits
-    ]
-    return s.SearchOut(query=a.query, hits=items)
+async def search_messages(call: Call, a: s.SearchMessagesArgs) -> Wire:
+    def search(svc: Service) -> Wire:
+        return svc.search(a.query, from_=a.sender, channel=a.channel, since=a.since, limit=a.limit)
 
-
-async def search_messages(call: Call, a: s.SearchMessagesArgs) -> s.SearchOut:
-    return await call.run(_search, a)
+    return await call.serve(search)
 
 
 def _keyword_search(r: Replica, a: s.KeywordSearchArgs) -> Wire:

@@ -171,6 +171,31 @@ class Service:
         return {"deleted": True, "messageId": m.id, "receiptsDeleted": self.replica.receipt_count(m.id),
                 "retractedAt": wire.ms(m.retracted)}
 
+    def log(self, after: int | None = None, limit: int = 50, *, with_recipients: bool = False) -> Wire:
+        """Messages in arrival order: the latest ``limit``, or the first ``limit`` after ``after``
+        (a ``cursor`` of an earlier page); with each recipient's state if asked."""
+        page = self.replica.message_log(after, limit)
+        items = [wire.log_view(m) for m in page.messages]
+        if with_recipients:
+            items = [{**m, "recipients": self._recipients(m["messageId"])} for m in items]
+        return {"messages": items, "cursor": page.cursor}
+
+    def search(self, query: str, *, from_: str | None = None, channel: str | None = None, since: int | None = None,
+               limit: int = 50, with_recipients: bool = False) -> Wire:
+        """Every message held here matching all words of ``query``, best first; a thread message
+        shows its agent's name as ``from``."""
+        r = self.replica
+        hits = r.search_messages(query, from_=from_, channel=channel, since=since, limit=limit)
+        ids = [h.sender for h in hits if h.thread is not None]
+        names = {a.id: a.name for a in (r.get_agent(i) for i in dict.fromkeys(ids)) if a is not None}
+        items = [wire.hit_view(h, names.get(h.sender, h.sender) if h.thread is not None else h.sender) for h in hits]
+        if with_recipients:
+            items = [{**m, "recipients": self._recipients(m["messageId"])} for m in items]
+        return {"query": query, "hits": items}
+
+    def _recipients(self, message_id: str) -> list[Wire]:
+        return [wire.recipient_view(x) for x in self.replica.message_status(message_id)]
+
     # -- profiles ---------------------------------------------------------------------------
 
     def profile(self, orchestrator_id: str, instance: str | None = None) -> Wire | None:

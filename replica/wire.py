@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from replica.models import InboxMessage, MessageRecord, Profile, RecipientStatus
+from replica.models import InboxMessage, LogMessage, MessageRecord, Profile, RecipientStatus, SearchHit
 from replica.stamps import ms_of_iso
 
 Wire = dict[str, Any]
@@ -60,6 +60,20 @@ def message_view(m: MessageRecord) -> Wire:
     return {**message_head(m), "threadId": m.thread, "content": m.content, "createdAt": ms_of_iso(m.created),
             "sessionDay": m.session_day, "tenantId": m.tenant, "seq": m.seq, "retracted": m.retracted is not None,
             "retractedAt": ms(m.retracted)}
+
+
+def log_view(m: LogMessage) -> Wire:
+    """A message of the log (arrival order); a thread message's ``from`` is its agent's name
+    (its agent id in ``senderId``)."""
+    return {**message_head(m), "threadId": m.thread, "senderId": m.sender_id, "content": m.content,
+            "createdAt": ms_of_iso(m.created), "seq": m.seq}
+
+
+def hit_view(h: SearchHit, sender: str) -> Wire:
+    """A search hit (``sender``: the role, or a thread message's agent name)."""
+    return {"messageId": h.id, "from": sender, "fromInstanceId": h.sender_instance, "channel": h.channel,
+            "threadId": h.thread, "content": h.content, "createdAt": ms_of_iso(h.created),
+            "sessionDay": h.session_day, "seq": h.seq}
 
 
 def sent_view(m: MessageRecord, recipients: tuple[str, ...], unknown: tuple[str, ...],

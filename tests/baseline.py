@@ -51,6 +51,7 @@ import pytest
 from mcp import Client
 
 from replica import open_home
+from replica.core import iso as iso_ms
 from tests.daemons import Daemon, read_only
 
 BASELINE_COMMIT = "45fb640"
@@ -322,10 +323,15 @@ class CurrentApi(BaselineApi):
         return None if p is None else {"name": p.name, "static": p.static, "dynamic": p.dynamic}
 
     def visible_state(self, *, local: bool = False) -> dict[str, Any]:
-        """0.1.0's view: profiles as stored (read from the replica file, see ``profile``)."""
+        """0.1.0's view: the log in 0.1.0's names (the current API speaks the one vocabulary) and
+        profiles as stored (read from the replica file, see ``profile``)."""
+        log = self.daemon.api("GET", f"/api/messages?limit={LOG_LIMIT}&receipts=1")["messages"]
+        assert len(log) < LOG_LIMIT, "more messages than one page: raise LOG_LIMIT"
+        messages = [_logged(_as_0_1(m), local=local) for m in log]
         out = super().visible_state(local=local)
         with open_home(self.daemon.home) as r:
-            return {**out, "profiles": [_profile(p.to_dict()) for p in r.list_profiles()]}
+            return {**out, "messages": messages if local else sorted(messages, key=lambda m: m["id"]),
+                    "profiles": [_profile(p.to_dict()) for p in r.list_profiles()]}
 
     def has_message(self, message_id: str) -> bool:
         return self.daemon.has_message(message_id)
@@ -360,6 +366,18 @@ def _logged(m: dict[str, Any], *, local: bool) -> dict[str, Any]:
         out["seq"] = m["seq"]
     out["recipients"] = sorted(([r[k] for k in _RECIPIENT_FIELDS] for r in m["recipients"]), key=repr)
     return out
+
+
+def _as_0_1(m: dict[str, Any]) -> dict[str, Any]:
+    """A log message of the current API (``replica.wire.log_view``) in 0.1.0's names and forms."""
+    def iso(ms: int | None) -> str | None:
+        return None if ms is None else iso_ms(ms)
+
+    recipients = [{"role": r["role"], "instance": r["instanceId"], "receipt_id": r["receiptId"],
+                   "delivered_at": iso(r["deliveredAt"]), "read_at": iso(r["readAt"])} for r in m["recipients"]]
+    return {"id": m["messageId"], "sender": m["from"], "sender_instance": m["fromInstanceId"],
+            "channel": m["channel"], "target_instance": m["instanceId"], "thread": m["threadId"],
+            "content": m["content"], "created": iso_ms(m["createdAt"]), "seq": m["seq"], "recipients": recipients}
 
 
 def _profile(p: dict[str, Any]) -> dict[str, Any]:

@@ -273,7 +273,7 @@ def test_log_shows_latest_traffic_in_arrival_order_and_follows(duo: tuple[Daemon
     for mid in ids:
         arrived(b, mid)
     latest = ok_json("log", "--limit", "2", home=b.home)["messages"]
-    assert [m["id"] for m in latest] == ids[1:] and latest[0]["seq"] < latest[1]["seq"]
+    assert [m["messageId"] for m in latest] == ids[1:] and latest[0]["seq"] < latest[1]["seq"]
     text = ok("log", "--limit", "3", home=b.home).splitlines()
     assert [line.split(": ", 1)[1] for line in text] == ["entry 0", "entry 1", "entry 2"]
     assert all("logger -> sink4" in line for line in text)
@@ -282,7 +282,7 @@ def test_log_shows_latest_traffic_in_arrival_order_and_follows(duo: tuple[Daemon
     new = a.send("logger", "sink4", "entry 3")["messageId"]
     wait_until(lambda: any(new in line for line in lines.lines), SPREAD, "the new entry in the log")
     assert lines.stop() == 0
-    assert [m["id"] for m in lines.json()][-2:] == [ids[2], new]
+    assert [m["messageId"] for m in lines.json()][-2:] == [ids[2], new]
 
 
 def test_search_finds_messages_with_filters(duo: tuple[Daemon, Daemon]) -> None:
@@ -293,11 +293,11 @@ def test_search_finds_messages_with_filters(duo: tuple[Daemon, Daemon]) -> None:
     arrived(b, two)
     arrived(b, one)
     hits = ok_json("search", "zebra", "migration", home=b.home)["hits"]
-    assert {h["id"] for h in hits} == {one, two}
-    assert [h["id"] for h in ok_json("search", "zebra", "--from", "carol5", home=b.home)["hits"]] == [two]
-    assert [h["id"] for h in ok_json("search", "zebra", "--channel", "bob5", home=b.home)["hits"]] == [one]
-    first_seq = next(h["seq"] for h in hits if h["id"] == one)
-    assert [h["id"] for h in ok_json("search", "zebra", "--since", str(first_seq), home=b.home)["hits"]] == [two]
+    assert {h["messageId"] for h in hits} == {one, two}
+    assert [h["messageId"] for h in ok_json("search", "zebra", "--from", "carol5", home=b.home)["hits"]] == [two]
+    assert [h["messageId"] for h in ok_json("search", "zebra", "--channel", "bob5", home=b.home)["hits"]] == [one]
+    first_seq = next(h["seq"] for h in hits if h["messageId"] == one)
+    assert [h["messageId"] for h in ok_json("search", "zebra", "--since", str(first_seq), home=b.home)["hits"]] == [two]
     text = ok("search", "zebra", "plan", home=b.home)
     assert "alice5 -> bob5: zebra migration plan" in text and f"id {one}" in text
     assert ok("search", "quagga", home=b.home).strip() == "no messages match 'quagga'"
@@ -366,8 +366,8 @@ def test_messaging_commands_work_on_the_replica_with_no_daemon(tmp_path: Path) -
     home = tmp_path / "solo"
     ok("init", "--name", "solo", home=home)
     sent = ok_json("send", "--from", "me", "--to", "you", "offline", "hello", home=home)
-    assert [m["id"] for m in ok_json("log", home=home)["messages"]] == [sent["messageId"]]
-    assert [h["id"] for h in ok_json("search", "offline", home=home)["hits"]] == [sent["messageId"]]
+    assert [m["messageId"] for m in ok_json("log", home=home)["messages"]] == [sent["messageId"]]
+    assert [h["messageId"] for h in ok_json("search", "offline", home=home)["hits"]] == [sent["messageId"]]
     receipt = ok_json("inbox", "you", home=home)["messages"][0]["receiptId"]
     assert ok_json("read", receipt, home=home)["markedAsRead"] == 1
     assert ok_json("inbox", "you", "--all", home=home)["messages"][0]["readAt"] is not None

@@ -283,7 +283,7 @@ def test_messages_route_lists_and_long_polls(trio: tuple[Daemon, Daemon, Daemon]
     first = a.send("poller", "target", "one")["messageId"]
     wait_until(lambda: b.has_message(first), SPREAD, "first on b")
     latest = b.api("GET", "/api/messages?limit=1&receipts=1")
-    assert [m["id"] for m in latest["messages"]] == [first]
+    assert [m["messageId"] for m in latest["messages"]] == [first]
     assert latest["messages"][0]["recipients"][0]["role"] == "target"
     cursor = latest["cursor"]
     box: dict[str, object] = {}
@@ -299,7 +299,7 @@ def test_messages_route_lists_and_long_polls(trio: tuple[Daemon, Daemon, Daemon]
     second = a.send("poller", "target", "two")["messageId"]
     poller.join(timeout=SPREAD)
     out = box["out"]
-    assert isinstance(out, dict) and [m["id"] for m in out["messages"]] == [second]
+    assert isinstance(out, dict) and [m["messageId"] for m in out["messages"]] == [second]
     assert time.monotonic() - t0 < patience(20)
     status, err = b.call("GET", "/api/messages?after=abc")
     assert status == 400 and "after must be an integer" in err["error"]

@@ -270,7 +270,7 @@ def test_send_to_an_unknown_role_warns_and_still_stores(tmp_path: Path) -> None:
     assert "Did you mean 'reviewer'?" in proc.stderr
     sent = json.loads(proc.stdout)
     assert sent["unknownRecipients"] == ["reveiwer"]
-    assert [m["id"] for m in json.loads(ok("log", "--home", str(home), "--json"))["messages"]] == [sent["messageId"]]
+    assert [m["messageId"] for m in json.loads(ok("log", "--home", str(home), "--json"))["messages"]] == [sent["messageId"]]
     quiet = peerd("send", "--home", str(home), "--from", "lead", "--to", "reviewer", "hi")
     assert quiet.returncode == 0 and quiet.stderr == ""
 

@@ -168,12 +168,11 @@ class OfflineBackend:
         return self.svc.retract(message_id, sender)
 
     def log(self, after: int | None, limit: int, wait: float) -> dict[str, Any]:
-        return self.rep.message_log(after, limit).to_dict()
+        return self.svc.log(after, limit)
 
     def search(self, query: str, from_: str | None, channel: str | None, since: int | None,
                limit: int) -> dict[str, Any]:
-        hits = self.rep.search_messages(query, from_=from_, channel=channel, since=since, limit=limit)
-        return {"query": query, "hits": [h.to_dict() for h in hits]}
+        return self.svc.search(query, from_=from_, channel=channel, since=since, limit=limit)
 
     def threads(self) -> list[dict[str, Any]]:
         return [t.to_dict() for t in self.rep.list_threads()]

@@ -158,10 +158,10 @@ def _who(role: str, instance: str | None) -> str:
 
 def format_message(m: dict[str, Any]) -> str:
     """One line of the log: arrival position, time, sender -> target, text."""
-    target = (f"thread {m['thread']}" if m.get("thread")
-              else _who(m.get("channel") or "?", m.get("target_instance")))
+    target = (f"thread {m['threadId']}" if m.get("threadId")
+              else _who(m.get("channel") or "?", m.get("instanceId")))
     content = " ".join(str(m["content"]).splitlines()) or '""'
-    return f"#{m['seq']:<6} {m['created']}  {_who(m['sender'], m.get('sender_instance'))} -> {target}: {content}"
+    return f"#{m['seq']:<6} {when(m['createdAt'])}  {_who(m['from'], m.get('fromInstanceId'))} -> {target}: {content}"
 
 
 def format_log(d: dict[str, Any]) -> str:
@@ -188,7 +188,7 @@ def format_inbox_message(m: dict[str, Any]) -> str:
 def format_search(d: dict[str, Any]) -> str:
     if not d["hits"]:
         return f"no messages match {d['query']!r}"
-    return "\n".join(f"{format_message(h)}\n    id {h['id']}" for h in d["hits"])
+    return "\n".join(f"{format_message(h)}\n    id {h['messageId']}" for h in d["hits"])
 
 
 def format_threads(rows: list[dict[str, Any]]) -> str:

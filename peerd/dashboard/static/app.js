@@ -50,9 +50,9 @@ function duration(seconds) {
   return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
 }
 
-function shortTime(iso) {
-  const d = new Date(iso);
-  return Number.isNaN(d.getTime()) ? iso : d.toLocaleString();
+function shortTime(stamp) {  // Unix ms (the one vocabulary) or ISO-8601 text
+  const d = new Date(stamp);
+  return Number.isNaN(d.getTime()) ? String(stamp) : d.toLocaleString();
 }
 
 // -- status: header, totals, catch-up, fleet ----------------------------------------------
@@ -200,8 +200,8 @@ function highlight(text, words) {
 }
 
 function recipientChip(r) {
-  const who = r.instance ? `${r.role}@${r.instance}` : r.role;
-  const when = r.read_at || r.delivered_at;
+  const who = r.instanceId ? `${r.role}@${r.instanceId}` : r.role;
+  const when = r.readAt || r.deliveredAt;
   const chip = el("span", `chip ${r.state}`, `${who}: ${r.state}`);
   chip.dataset.role = r.role;
   chip.dataset.state = r.state;
@@ -211,12 +211,12 @@ function recipientChip(r) {
 
 function messageItem(m, words, fresh) {
   const item = el("li", fresh ? "msg fresh" : "msg");
-  item.dataset.id = m.id;
-  const sender = m.sender_instance ? `${m.sender}@${m.sender_instance}` : m.sender;
-  const target = m.thread ? `thread ${m.thread}` : m.target_instance ? `${m.channel}@${m.target_instance}` : m.channel;
+  item.dataset.id = m.messageId;
+  const sender = m.fromInstanceId ? `${m.from}@${m.fromInstanceId}` : m.from;
+  const target = m.threadId ? `thread ${m.threadId}` : m.instanceId ? `${m.channel}@${m.instanceId}` : m.channel;
   item.append(
     el("div", "meta", el("span", "who", sender), el("span", null, "→"), el("span", "who", target),
-      el("span", null, shortTime(m.created)), el("span", null, `#${m.seq}`)),
+      el("span", null, shortTime(m.createdAt)), el("span", null, `#${m.seq}`)),
     el("div", "content", highlight(m.content, words)),
   );
   if (m.recipients) item.append(el("div", "chips", ...m.recipients.map(recipientChip)));
@@ -228,8 +228,8 @@ let firstLoad = true;
 
 async function refreshMessages() {
   const out = await api(`/api/messages?limit=${STREAM_LIMIT}&receipts=1`);
-  const items = out.messages.slice().reverse().map((m) => messageItem(m, [], !firstLoad && !shown.has(m.id)));
-  out.messages.forEach((m) => shown.add(m.id));
+  const items = out.messages.slice().reverse().map((m) => messageItem(m, [], !firstLoad && !shown.has(m.messageId)));
+  out.messages.forEach((m) => shown.add(m.messageId));
   firstLoad = false;
   $("stream").replaceChildren(...items);
   $("no-messages").hidden = out.messages.length > 0;
