@@ -258,15 +258,22 @@ class BaselineApi:
         recipient, every profile, every thread. With ``local``, messages keep their local arrival
         numbers and order (the same replica before and after an upgrade); without, they are by id
         (different replicas number them differently)."""
-        log = self._api("GET", f"/api/messages?limit={LOG_LIMIT}&receipts=1")["messages"]
-        assert len(log) < LOG_LIMIT, "more messages than one page: raise LOG_LIMIT"
-        messages = [_logged(m, local=local) for m in log]
+        messages = [_logged(m, local=local) for m in self._log()]
         return {
             "messages": messages if local else sorted(messages, key=lambda m: m["id"]),
-            "profiles": [_profile(p) for p in self._api("GET", "/api/profiles")],
+            "profiles": self._profiles(),
             "threads": sorted(([t["thread_id"], sorted(t["participants"]), t["message_count"], t["latest_activity"]]
                                for t in self._api("GET", "/api/threads")), key=lambda t: t[0]),
         }
+
+    def _log(self) -> list[dict[str, Any]]:
+        """The log with each recipient's state, in 0.1.0's names."""
+        log = self._api("GET", f"/api/messages?limit={LOG_LIMIT}&receipts=1")["messages"]
+        assert len(log) < LOG_LIMIT, "more messages than one page: raise LOG_LIMIT"
+        return list(log)
+
+    def _profiles(self) -> list[dict[str, Any]]:
+        return [_profile(p) for p in self._api("GET", "/api/profiles")]
 
     # -- MCP tools (VantagePeers' and AgentMsgs' names) ---------------------------------------------
 
@@ -322,28 +329,14 @@ class CurrentApi(BaselineApi):
             p = r.get_profile(role)
         return None if p is None else {"name": p.name, "static": p.static, "dynamic": p.dynamic}
 
-    def visible_state(self, *, local: bool = False) -> dict[str, Any]:
-        """0.1.0's view: the log in 0.1.0's names (the current API speaks the one vocabulary) and
-        profiles as stored (read from the replica file, see ``profile``)."""
-        log = self.daemon.api("GET", f"/api/messages?limit={LOG_LIMIT}&receipts=1")["messages"]
-        assert len(log) < LOG_LIMIT, "more messages than one page: raise LOG_LIMIT"
-        messages = [_logged(_as_0_1(m), local=local) for m in log]
-        out = super().visible_state(local=local)
+    def _log(self) -> list[dict[str, Any]]:
+        """The current API speaks the one vocabulary: its log in 0.1.0's names."""
+        return [_as_0_1(m) for m in super()._log()]
+
+    def _profiles(self) -> list[dict[str, Any]]:
+        """Profiles as stored (read from the replica file, see ``profile``)."""
         with open_home(self.daemon.home) as r:
-            return {**out, "messages": messages if local else sorted(messages, key=lambda m: m["id"]),
-                    "profiles": [_profile(p.to_dict()) for p in r.list_profiles()]}
-
-    def has_message(self, message_id: str) -> bool:
-        return self.daemon.has_message(message_id)
-
-    def digest(self) -> str:
-        return self.daemon.digest()
-
-    def counter(self, name: str) -> int:
-        return int(self.daemon.status()["counters"][name])
-
-    def reaches(self, other: Daemon) -> bool:
-        return bool((self.daemon.peer(other) or {}).get("reachable"))
+            return [_profile(p.to_dict()) for p in r.list_profiles()]
 
 
 def _mail(m: dict[str, Any]) -> Mail:

@@ -276,7 +276,7 @@ def test_restore_makes_a_new_node_with_the_backups_config(home_and_backup: tuple
     home, file = home_and_backup
     new = tmp_path / "new" / "deeper"
     out = ok_json("restore", str(file), home=new)
-    was = ok_json("status", message_ids(home / "replica.db").pop(), home=home)["message_id"]
+    was = ok_json("status", message_ids(home / "replica.db").pop(), home=home)["messageId"]
     assert out["previous_node_id"] == load_node(home) != out["node_id"] == load_node(new)
     assert load_config(new / "config.toml") == load_config(home / "config.toml")
     assert (new / "config.toml").stat().st_mode & 0o777 == 0o600 and new.stat().st_mode & 0o777 == 0o700

@@ -157,7 +157,7 @@ def test_fleets_sharing_a_lan_only_see_their_own_members(cluster: Fleet, lab: Ne
         assert {p["node_id"] for p in status["peers"]} == {mate.short_id}, (d.name, status["peers"])
         assert status["counters"]["refused"] == 0, (d.name, status["counters"])
         assert "refused request" not in d.log_text(), d.name
-    assert b1.call("GET", f"/api/messages/{sent['id']}/status")[0] == 404
+    assert b1.call("GET", f"/api/messages/{sent['messageId']}/status")[0] == 404
     assert a1.digest() == a2.digest() != b1.digest()
 
 
