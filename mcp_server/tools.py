@@ -9,12 +9,10 @@ Invariants:
   synchronous function to ``Call.run`` (a worker thread).
 * Session binding fills in the caller's role and instance; explicit arguments
   win (``mcp_server.calls``). The bound instance applies only to the bound role.
-* Results use VantagePeers' names and forms (``messageId``, ``from``,
-  ``createdAt`` in Unix ms...); the views from replica values to results are
-  pure functions (``message_out``, ``profile_out``, ``merge_peers``...). The results of the
-  hot tools (``send_message``, ``check_messages``, ``poll``, ``list_peers``) are built as plain
-  ``Wire`` dicts, already in the output model's wire form (names, order, JSON values): a model
-  would only be dumped again.
+* Results use VantagePeers' names and forms (``messageId``, ``from``, ``createdAt`` in Unix
+  ms...): messages, receipts and profiles come from ``replica.service`` in ``replica.wire``'s
+  vocabulary, the same for every door; the results of the hot tools are plain ``Wire`` dicts,
+  already in the output model's wire form (a model would only be dumped again).
 * ``since`` is read by ``replica.stamps.parse_since`` against this replica's
   newest position and this machine's clock: a cursor or an arrival time, or
   ``invalid_argument``; never an empty inbox by mistake.
