@@ -48,6 +48,11 @@ class SentOut(Camel):
         None, description="When some recipients are unknown: roles this node knows, closest spellings first.")
 
 
+class NodeOut(Camel):
+    id: str = Field(description="The node's id (its public key, hex).")
+    name: str | None = Field(description="The node's name in the fleet's membership; null if unknown here.")
+
+
 class InboxItem(Camel):
     message_id: str
     receipt_id: str = Field(description="Pass to mark_as_read once handled.")
@@ -60,6 +65,9 @@ class InboxItem(Camel):
     delivered_at: int | None
     read_at: int | None
     seq: int = Field(description="Position in this node's arrival order.")
+    from_node: NodeOut | None = Field(
+        None, description="The machine that sent it: the node that signed the message (a role may be pinned to "
+        "nodes: peerd role pin).")
 
 
 class InboxOut(Camel):

@@ -67,7 +67,12 @@ def inbox_item(m: InboxMessage) -> Wire:
     return {"messageId": m.id, "receiptId": m.receipt_id, "from": m.sender, "fromInstanceId": m.sender_instance,
             "channel": m.channel, "instanceId": m.target_instance, "content": m.content,
             "createdAt": ms_of_iso(m.created), "deliveredAt": ms(m.delivered_at), "readAt": ms(m.read_at),
-            "seq": m.seq}
+            "seq": m.seq, "fromNode": node_item(m.from_node, m.from_node_name)}
+
+
+def node_item(node: str | None, name: str | None) -> Wire | None:
+    """``s.NodeOut`` in wire form: the sending node of a message, None if not known."""
+    return None if node is None else {"id": node, "name": name}
 
 
 def profile_out(p: Profile) -> s.ProfileOut:

@@ -41,7 +41,7 @@ from replica.checks import (
 from replica.core import ReplicaCore, const_body, iso, read_writes
 from replica.errors import InvalidArgument, NotFound
 from replica.ids import receipt_id
-from replica.mailbox import INBOX_SOURCES, inbox_args, inbox_sql, merged
+from replica.mailbox import INBOX_SOURCES, inbox_args, inbox_sql, merged, node_hex
 from replica.models import (
     Inbox,
     InboxMessage,
@@ -217,7 +217,7 @@ class Messaging(ReplicaCore):
         return InboxMessage(
             id=r[1], receipt_id=receipt_id(r[1], *key), sender=r[2],
             sender_instance=r[3], channel=r[4], target_instance=r[5], content=r[6], created=hlcmod.to_iso(r[7]),
-            seq=r[0], delivered_at=iso(delivered), read_at=iso(r[8]),
+            seq=r[0], delivered_at=iso(delivered), read_at=iso(r[8]), from_node=node_hex(r[10]), from_node_name=r[11],
         )
 
     def mark_receipts(self, receipt_ids: Sequence[str], caller: str | None = None) -> MarkResult:

@@ -23,7 +23,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from replica import firstseen, fleetstore, membership, project, purge, retention, store, vector
+from replica import firstseen, fleetstore, membership, pinstore, project, purge, retention, store, vector
 from replica import hlc as hlcmod
 from replica import ops as opsmod
 from replica.checks import check_count
@@ -161,7 +161,7 @@ class Sync(ReplicaCore):
                 continue
             if fate == PURGED_HERE:
                 continue
-            if fate == GONE:
+            if fate in (GONE, PINNED):
                 touched.setdefault(oid, []).append(op.seq)
                 continue
             lseq = project.store_op(cur, oid, op, arrived)
@@ -261,6 +261,7 @@ class Sync(ReplicaCore):
                 "origins": len(self.vector()),
                 "max_lseq": one(_NEWEST),
                 "newer_ops": one("SELECT count(*) FROM ops WHERE newer IS NOT NULL"),
+                "pin_refused": pinstore.refused(cur),
             }
 
     def own_history_ahead(self) -> tuple[int, int] | None:
@@ -288,7 +289,7 @@ class Sync(ReplicaCore):
             return str(cur.execute("PRAGMA integrity_check").fetchone()[0])
 
 
-REFUSED, PURGED_HERE, GONE, STORE = "refused", "purged here", "gone", "store"
+REFUSED, PURGED_HERE, GONE, PINNED, STORE = "refused", "purged here", "gone", "pinned", "store"
 
 
 class Landing:
@@ -296,7 +297,9 @@ class Landing:
     ``Sync.apply`` and of snapshot pages, ``replica.snapshot``): ``REFUSED`` (a removed node's op above
     its cutoff: never stored), ``PURGED_HERE`` (at or below its origin's mark yet not held: purged
     here, and sync never brings it back), ``GONE`` (purgeable on arrival: counted in its origin's
-    vector, its first-seen sightings kept, never stored) or ``STORE``. Origins new to the replica get
+    vector, its first-seen sightings kept, never stored), ``PINNED`` (in the name of a role pinned
+    to other nodes, ``replica.pins``: counted in its origin's vector, so the origin's later ops are
+    not held up behind it, and in the replica's refusals; never stored) or ``STORE``. Origins new to the replica get
     a row, named in ``new_oids``."""
 
     def __init__(self, rep: Sync, cur: Any, removed: Mapping[bytes, int], new_oids: dict[bytes, int]) -> None:
@@ -306,6 +309,7 @@ class Landing:
         kept = purge.setting(cur)
         self.horizon = 0 if kept is None else kept.horizon_ms
         self.contig: dict[int, int] = {}
+        self.pinned = 0
 
     def fate(self, op: Op) -> tuple[str, int]:
         """What becomes of ``op``, and its origin's row id (0 when refused)."""
@@ -323,6 +327,10 @@ class Landing:
             for role, at in firstseen.sightings(op):  # what it showed stays, as on a replica that held it
                 firstseen.record(cur, role, at)
             return GONE, oid
+        if pinstore.admits(cur, op.kind, op.body, op.origin, op.hlc) is not None:  # a pin stored earlier in
+            pinstore.count_refused(cur, op, str(op.body["f"]))  # this batch counts: it is in this transaction
+            self.pinned += 1
+            return PINNED, oid
         return STORE, oid
 
 
