@@ -128,6 +128,8 @@ class LogMessage(_Dict):
     thread: str | None
     content: str
     created: str
+    from_node: str | None = None  # the sending node (key, hex), as in ``InboxMessage``
+    from_node_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -257,6 +259,7 @@ class FileCheck(_Dict):
     messages: int
     ops: int
     newer_ops: int = 0  # ops held from a newer peerd, waiting for an upgrade to be applied
+    pin_refused: int = 0  # ops from peers refused for a role pin (``replica.pinstore``)
 
 
 @dataclass(frozen=True)

@@ -48,8 +48,9 @@ from replica.codec import pack, unpack
 from replica.errors import InvalidOp, Undecodable
 
 VERSION = 1  # the op format (header layout); new features are new kinds or fields, never a new format
-OP_LEVEL = 3  # what this release understands: 1 = the first release's kinds and fields, 2 = with ``ret``
-# (0.2.0 before role pins), 3 = with ``pin`` (an op held by a release of a lower level is applied on upgrade: ``migrate.upgrade_held``)
+# What this release understands: 1 = the first release's kinds and fields, 2 = with ``ret`` (0.2.0
+# before role pins), 3 = with ``pin``. An op held by a lower level is applied on upgrade (``migrate.upgrade_held``).
+OP_LEVEL = 3
 MAX_KIND_CHARS = 32  # an op kind this release does not know is still stored when its name is sane
 MAX_CONTENT_BYTES = 900_000  # VantagePeers' limit: 900,000 bytes of UTF-8
 MAX_OP_BYTES = 1024 * 1024  # a message of MAX_CONTENT_BYTES plus its header, names and signature

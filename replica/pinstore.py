@@ -103,9 +103,13 @@ def senders(cur: sqlite3.Cursor) -> list[tuple[str, bytes, int, int]]:
     return [(str(r[0]), bytes(r[1]), int(r[2]), int(r[3])) for r in rows]
 
 
+def _full_id(word: str) -> bool:
+    return len(word) == 2 * pins.NODE_BYTES and all(c in "0123456789abcdefABCDEF" for c in word)
+
+
 def resolve(cur: sqlite3.Cursor, words: Iterable[str]) -> tuple[list[bytes], list[str], dict[str, list[bytes]]]:
-    """Nodes named by id (full hex or a prefix of at least 4 digits) or by membership name: (the
-    nodes found, words that name none, words that name several)."""
+    """Nodes named by id (a prefix of at least 4 hex digits of a node known here, or a whole id) or by
+    membership name: (the nodes found, words that name none, words that name several)."""
     known = {bytes(r[0]) for r in cur.execute("SELECT node FROM origins")} | set(node_names(cur))
     names = node_names(cur)
     found: list[bytes] = []
@@ -115,6 +119,8 @@ def resolve(cur: sqlite3.Cursor, words: Iterable[str]) -> tuple[list[bytes], lis
         w = word.strip()
         hits = sorted({n for n in known if len(w) >= 4 and n.hex().startswith(w.lower())}
                       | {n for n, nm in names.items() if name_key(nm) == name_key(w)})
+        if not hits and _full_id(w):  # a node this replica has not heard of yet, named in full
+            hits = [bytes.fromhex(w)]
         if not hits:
             unknown.append(word)
         elif len(hits) > 1:

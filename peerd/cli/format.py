@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from peerd.cli.retention import status_lines
+from peerd.cli.roles import node_text, pin_status_lines
 from replica.models import receipt_state
 
 BAR_WIDTH = 30
@@ -96,6 +97,7 @@ def format_status(d: dict[str, Any]) -> str:
         f"totals  {plural(t['messages'], 'message')}, {plural(t['receipts'], 'receipt')}, "
         f"{plural(t['ops'], 'op')} from {plural(t['origins'], 'node')}",
         *newer_lines(t),
+        *pin_status_lines(t),
         f"peers   {d['live_peers']} of {len(d['peers'])} live; peers lack {d['lag']:,} of our ops",
     ]
     conf = d.get("settings")
@@ -175,8 +177,9 @@ def format_inbox(d: dict[str, Any], *, all_: bool = False) -> str:
 
 def format_inbox_message(m: dict[str, Any]) -> str:
     state = receipt_state(m.get("delivered_at"), m.get("read_at"))
+    node = node_text({"id": m["from_node"], "name": m.get("from_node_name")}) if m.get("from_node") else "-"
     return (f"[{m['created']}] {_who(m['sender'], m.get('sender_instance'))} -> {m['channel']}: {m['content']}\n"
-            f"    receipt {m['receipt_id']}  ({state})")
+            f"    receipt {m['receipt_id']}  ({state})  from node {node}")
 
 
 def format_search(d: dict[str, Any]) -> str:

@@ -209,6 +209,15 @@ function recipientChip(r) {
   return chip;
 }
 
+// The machine that sent a message: its name in the fleet, else the start of its node id.
+function nodeTag(m) {
+  if (!m.from_node) return el("span", "node", "");
+  const tag = el("span", "node", `from ${m.from_node_name || m.from_node.slice(0, 16)}`);
+  tag.title = `sent from node ${m.from_node}`;
+  tag.dataset.node = m.from_node;
+  return tag;
+}
+
 function messageItem(m, words, fresh) {
   const item = el("li", fresh ? "msg fresh" : "msg");
   item.dataset.id = m.id;
@@ -216,7 +225,7 @@ function messageItem(m, words, fresh) {
   const target = m.thread ? `thread ${m.thread}` : m.target_instance ? `${m.channel}@${m.target_instance}` : m.channel;
   item.append(
     el("div", "meta", el("span", "who", sender), el("span", null, "→"), el("span", "who", target),
-      el("span", null, shortTime(m.created)), el("span", null, `#${m.seq}`)),
+      el("span", null, shortTime(m.created)), el("span", null, `#${m.seq}`), nodeTag(m)),
     el("div", "content", highlight(m.content, words)),
   );
   if (m.recipients) item.append(el("div", "chips", ...m.recipients.map(recipientChip)));
