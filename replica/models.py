@@ -279,6 +279,7 @@ class RolePin(_Dict):
     nodes: list[NodeRef]
     set_at: str
     set_by: NodeRef
+    hlc: int  # the pin op's stamp: messages stamped after it are judged by it
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ def _ref(node: bytes, names: dict[bytes, str]) -> NodeRef:
 
 
 def _view(pin: pins.Pin, names: dict[bytes, str]) -> RolePin:
-    return RolePin(pin.role, [_ref(n, names) for n in sorted(pin.nodes)], to_iso(pin.hlc), _ref(pin.origin, names))
+    return RolePin(pin.role, [_ref(n, names) for n in sorted(pin.nodes)], to_iso(pin.hlc), _ref(pin.origin, names),
+                   pin.hlc)
 
 
 class Pinning(ReplicaCore):
