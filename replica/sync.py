@@ -230,8 +230,8 @@ class Sync(ReplicaCore):
             return int(cur.execute(LAST_OWN, (self._self_oid,)).fetchone()[1] or 0)
 
     def state_digest(self) -> str:
-        """A hash of the replicated state (messages, retractions, LWW registers, first-seen times), not
-        local order. A retracted message counts without its content, as every replica holds it."""
+        """A hash of the replicated state (messages, retractions, LWW registers, first-seen times, role
+        pins), not local order. A retracted message counts without its content, as every replica holds it."""
         h = hashlib.blake2b(digest_size=16)
         with self._store.read() as cur:
             for row in cur.execute(
@@ -245,6 +245,8 @@ class Sync(ReplicaCore):
                 h.update(pack(list(row)))
             for row in cur.execute("SELECT role, at FROM first_seen ORDER BY role"):
                 h.update(pack(["first_seen", *row]))
+            for row in cur.execute("SELECT rkey, hlc, origin, role, nodes FROM role_pins ORDER BY rkey, hlc, origin"):
+                h.update(pack(["pin", *row]))
         return h.hexdigest()
 
     def stats(self) -> dict[str, int]:
