@@ -114,6 +114,7 @@ async def test_new_mail_is_pushed_once_with_meta_and_recorded_delivered(host: Ho
         assert event.meta == {
             "message_id": mid, "receipt_id": receipt_id(mid, "beta", "b1"), "from": "alpha",
             "from_instance_id": "a1", "channel": "beta", "seq": event.meta["seq"], "created": event.meta["created"],
+            "from_node": host.replica.node_id,  # the sending node; no name: this replica never admitted itself
         }
         await send(host, "alpha", "beta", "marker")
         assert [e.content for e in await pushes.events_until("marker")] == ["marker"]

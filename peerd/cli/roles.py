@@ -114,6 +114,7 @@ def role_arguments(s: argparse.ArgumentParser) -> None:
 
     common = Parser(add_help=False)  # the global options after a verb, too
     global_options(common, argparse.SUPPRESS)
+    s.set_defaults(fn=cmd_roles)  # each verb sets its own; a verb is required
     verbs = s.add_subparsers(dest="verb", required=True, metavar="VERB")
     v = verbs.add_parser("pin", parents=[common], help="let only NODE... send in ROLE's name, on every replica")
     v.add_argument("role", metavar="ROLE")
