@@ -100,6 +100,7 @@ class MessageOut(Camel):
     seq: int
     retracted: bool
     retracted_at: int | None
+    from_node: NodeOut | None = Field(None, description="The machine that sent it (the node that signed it).")
 
 
 class MessagePageOut(Camel):

@@ -59,7 +59,8 @@ def message_out(m: MessageRecord) -> s.MessageOut:
     return s.MessageOut(message_id=m.id, sender=m.sender, from_instance_id=m.sender_instance, channel=m.channel,
                         instance_id=m.target_instance, thread_id=m.thread, content=m.content,
                         created_at=ms_of_iso(m.created), session_day=m.session_day, tenant_id=m.tenant, seq=m.seq,
-                        retracted=m.retracted is not None, retracted_at=ms(m.retracted))
+                        retracted=m.retracted is not None, retracted_at=ms(m.retracted),
+                        from_node=None if m.from_node is None else s.NodeOut(id=m.from_node, name=m.from_node_name))
 
 
 def inbox_item(m: InboxMessage) -> Wire:

@@ -66,7 +66,7 @@ _LOG_QUERY = (
 )
 _RECORD = (
     "m.lseq, m.id, m.sender, m.sender_inst, m.channel, m.to_inst, m.thread, m.content, m.hlc, m.sday,"
-    " m.tenant, m.retracted"
+    f" m.tenant, m.retracted, {NODE_COLUMNS}"
 )
 
 
@@ -93,7 +93,8 @@ def _log_message(r: Any) -> LogMessage:
 def _record(r: Any) -> MessageRecord:
     return MessageRecord(id=r[1], seq=r[0], sender=r[2], sender_instance=r[3], channel=r[4], target_instance=r[5],
                          thread=r[6], content=r[7], created=hlcmod.to_iso(r[8]), session_day=r[9], tenant=r[10],
-                         retracted=None if r[11] is None else hlcmod.to_iso(r[11]))
+                         retracted=None if r[11] is None else hlcmod.to_iso(r[11]), from_node=node_hex(r[12]),
+                         from_node_name=r[13])
 
 
 def check_session_day(value: object) -> int | None:

@@ -84,6 +84,8 @@ class MessageRecord(_Dict):
     session_day: int
     tenant: str | None
     retracted: str | None
+    from_node: str | None = None  # the sending node (key, hex), as in ``InboxMessage``
+    from_node_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -241,6 +243,8 @@ class SearchHit(_Dict):
     created: str
     session_day: int = 0
     tenant: str | None = None
+    from_node: str | None = None  # the sending node (key, hex), as in ``InboxMessage``
+    from_node_name: str | None = None
 
 
 @dataclass(frozen=True)

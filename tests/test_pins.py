@@ -229,6 +229,12 @@ def test_every_message_view_carries_its_sending_node() -> None:
     assert "from_node_name" not in framing.channel_meta(pushed[mine])
     log = {m.id: m for m in b.message_log(None, 10).messages}
     assert log[mid].from_node == a.node_id and log[mid].from_node_name == "server"
+    record = b.get_message(mid)
+    assert (record.from_node, record.from_node_name) == (a.node_id, "server")
+    assert views.message_out(record).model_dump(by_alias=True)["fromNode"] == {"id": a.node_id, "name": "server"}
+    b.catch_up()
+    (hit,) = b.search_messages("hi")
+    assert (hit.from_node, hit.from_node_name) == (a.node_id, "server")
 
 
 def test_roles_lists_the_nodes_that_sent_in_each_name() -> None:
