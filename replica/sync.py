@@ -32,6 +32,7 @@ from replica.core import LAST_OWN, ReplicaCore
 from replica.errors import InvalidOp
 from replica.models import ApplyResult, Page
 from replica.ops import Op
+from replica.pins import KIND_PIN
 
 # An origin's contiguous mark; this node's own row is always contiguous up to its newest op.
 _CONTIG = (
@@ -311,7 +312,7 @@ class Landing:
         kept = purge.setting(cur)
         self.horizon = 0 if kept is None else kept.horizon_ms
         self.contig: dict[int, int] = {}
-        self.pinned = 0
+        self.pins = pinstore.any_pins(cur)  # without any, no op needs judging against pins
 
     def fate(self, op: Op) -> tuple[str, int]:
         """What becomes of ``op``, and its origin's row id (0 when refused)."""
@@ -329,10 +330,10 @@ class Landing:
             for role, at in firstseen.sightings(op):  # what it showed stays, as on a replica that held it
                 firstseen.record(cur, role, at)
             return GONE, oid
-        if pinstore.admits(cur, op.kind, op.body, op.origin, op.hlc) is not None:  # a pin stored earlier in
-            pinstore.count_refused(cur, op, str(op.body["f"]))  # this batch counts: it is in this transaction
-            self.pinned += 1
+        if self.pins and pinstore.admits(cur, op.kind, op.body, op.origin, op.hlc) is not None:
+            pinstore.count_refused(cur, op, str(op.body["f"]))
             return PINNED, oid
+        self.pins = self.pins or op.kind == KIND_PIN  # a pin stored earlier in this batch counts
         return STORE, oid
 
 

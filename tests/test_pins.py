@@ -5,6 +5,7 @@ message view built from the stored op."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mcp_server import framing, views
-from replica import Replica, RolePinned, identity, migrate, pins, project
+from replica import Replica, RolePinned, identity, migrate, pins, project, schema
 from replica import hlc as hlcmod
 from replica import ops as opsmod
 from replica.errors import InvalidArgument, NotFound
@@ -190,6 +191,22 @@ def test_a_release_that_held_pin_ops_applies_them_on_upgrade(tmp_path: Path, mon
         assert [m.content for m in r.check_messages("bob").messages] == ["taken before the upgrade"]
         with pytest.raises(RolePinned):
             r.send_message("alice", "bob", "after the upgrade")
+
+
+def test_a_file_of_the_schema_before_pins_gets_the_table(tmp_path: Path) -> None:
+    """Opening a v8 file (no ``role_pins``) runs the v9 migration, and pins work on it."""
+    db = tmp_path / "r.db"
+    with Replica.open(db) as r:
+        r.send_message("alice", "bob", "hi")
+        digest = r.state_digest()
+    conn = sqlite3.connect(db)
+    conn.execute("DROP TABLE role_pins")
+    conn.execute("UPDATE meta SET v = ? WHERE k = 'schema_version'", (schema.MIGRATIONS.index(schema.SCHEMA_PINS),))
+    conn.commit()
+    conn.close()
+    with Replica.open(db) as r:
+        assert r.state_digest() == digest
+        assert r.pin_role("alice", [r.node_id]).role == "alice"
 
 
 def test_a_pin_op_is_not_offered_to_a_first_release_peer() -> None:
