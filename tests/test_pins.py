@@ -21,6 +21,7 @@ from replica.errors import InvalidArgument, NotFound
 from replica.mailbox import mail
 from tests.conftest import pull
 from tests.newer import NewerNode
+from tests.snapshots import Server, busy_hub, take
 
 NODES = [bytes([i]) * 32 for i in range(4)]
 
@@ -265,3 +266,16 @@ def test_roles_lists_the_nodes_that_sent_in_each_name() -> None:
     assert {(s.node.id, s.messages) for s in rows["alice"].senders} == {(a.node_id, 2), (b.node_id, 1)}
     assert rows["alice"].pinned_to is None
     assert rows["dave"].senders == [] and [n.id for n in rows["dave"].pinned_to or []] == [b.node_id]
+
+
+def test_a_snapshot_carries_the_pins() -> None:
+    """A new member that starts from a snapshot holds the hub's pins (its state digest is the hub's)
+    and refuses what they bar."""
+    hub = busy_hub(messages=20)
+    hub.pin_role("alice", [hub.node_id])
+    taker = Replica.open()
+    take(taker, Server(hub))
+    assert taker.state_digest() == hub.state_digest()
+    assert [p.role for p in taker.role_pins()] == ["alice"]
+    with pytest.raises(RolePinned):
+        taker.send_message("alice", "bob", "from the new member")
