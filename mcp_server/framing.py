@@ -84,7 +84,7 @@ def channel_meta(m: Mail) -> dict[str, str]:
     raw = {
         "message_id": m.id, "receipt_id": m.receipt_id, "from": m.sender, "from_instance_id": m.sender_instance,
         "channel": m.channel, "thread_id": m.thread, "seq": str(m.thread_seq if m.thread else m.seq),
-        "created": m.created,
+        "created": m.created, "from_node": m.from_node, "from_node_name": m.from_node_name,
     }
     return {meta_key(k): meta_value(v) for k, v in raw.items() if v is not None}
 

@@ -84,7 +84,8 @@ def _mail_item(m: Mail) -> dict[str, Any]:
     """A message as check_messages shows it (VantagePeers' names), with the thread's id and number."""
     return {"messageId": m.id, "receiptId": m.receipt_id, "from": m.sender, "fromInstanceId": m.sender_instance,
             "channel": m.channel, "instanceId": m.target_instance, "threadId": m.thread, "threadSeq": m.thread_seq,
-            "content": m.content, "createdAt": m.created_ms, "seq": m.seq}
+            "content": m.content, "createdAt": m.created_ms, "seq": m.seq,
+            "fromNode": None if m.from_node is None else {"id": m.from_node, "name": m.from_node_name}}
 
 
 def inbox_doc(r: Replica, ref: InboxRef) -> dict[str, Any]:

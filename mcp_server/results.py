@@ -30,6 +30,11 @@ class Snake(BaseModel):
     model_config = ConfigDict(defer_build=True)
 
 
+class NodeOut(Camel):
+    id: str = Field(description="The node's id (its public key, hex).")
+    name: str | None = Field(description="The node's name in the fleet's membership; null if unknown here.")
+
+
 class SentOut(Camel):
     message_id: str = Field(description="Message id; pass it to message_status or get_message.")
     sender: str = Field(validation_alias="from", serialization_alias="from")
@@ -48,6 +53,7 @@ class SentOut(Camel):
         None, description="When some recipients are unknown: roles this node knows, closest spellings first.")
     warning: str | None = Field(None, description="A sentence when some recipients are unknown (also the "
                                 "result's second text).")
+    from_node: NodeOut | None = Field(None, description="The machine that sent it (this node).")
 
 
 class InboxItem(Camel):
@@ -62,6 +68,9 @@ class InboxItem(Camel):
     delivered_at: int | None
     read_at: int | None
     seq: int = Field(description="Position in this node's arrival order.")
+    from_node: NodeOut | None = Field(
+        None, description="The machine that sent it: the node that signed the message (a role may be pinned to "
+        "nodes: peerd role pin).")
 
 
 class InboxOut(Camel):
@@ -96,6 +105,7 @@ class MessageOut(Camel):
     seq: int
     retracted: bool
     retracted_at: int | None
+    from_node: NodeOut | None = Field(None, description="The machine that sent it (the node that signed it).")
 
 
 class MessagePageOut(Camel):
@@ -205,6 +215,7 @@ class SearchHitOut(Camel):
     created_at: int
     session_day: int
     seq: int = Field(description="Position in this node's arrival order; usable as 'since'.")
+    from_node: NodeOut | None = Field(None, description="The machine that sent it (the node that signed it).")
 
 
 class SearchOut(Camel):

@@ -151,9 +151,14 @@ def check_replica(home: Path) -> Finding:
     if found.newer_ops:
         return Finding("replica", WARN, str(path), f"{text}, of which {found.newer_ops:,} from a newer peerd: "
                        "held, counted and passed on to peers, not applied here", NEWER_FIX)
+    if found.pin_refused:
+        return Finding("replica", WARN, str(path), f"{text}; {found.pin_refused:,} op(s) from peers refused: sent in "
+                       "the name of a role pinned to other nodes", PIN_FIX)
     return Finding("replica", OK, str(path), text)
 
 
+PIN_FIX = ("see which nodes sent in each role's name with: peerd roles; a member that sends in a pinned role's "
+           "name may hold a misused node key (peerd remove NODE takes it out of the fleet)")
 NEWER_FIX = "upgrade peerd on this machine: the upgrade applies the ops it holds from the newer one"
 
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         NotFound,
         PeerdError,
         RemoteError,
+        RolePinned,
         StoreError,
         Undecodable,
     )
@@ -66,8 +67,8 @@ REPLICA_FILE = "replica.db"
 KEY_FILE = "node.key"
 ORPHAN_KEY_AGE = 60.0  # seconds; a key and its database are always created moments apart
 
-_ERRORS = ("InvalidArgument", "InvalidOp", "LocalError", "NotFound", "PeerdError", "RemoteError", "StoreError",
-           "Undecodable")
+_ERRORS = ("InvalidArgument", "InvalidOp", "LocalError", "NotFound", "PeerdError", "RemoteError", "RolePinned",
+           "StoreError", "Undecodable")
 _MODELS = ("Agent", "ApplyResult", "FileCheck", "Inbox", "InboxMessage", "LogMessage", "MarkResult", "MessageLog",
            "MessagePage", "MessageRecord", "Page",
            "Profile", "ReadState", "RecipientCheck", "RecipientStatus", "SearchHit", "SenderSeen", "SentMessage",
@@ -135,6 +136,7 @@ __all__ = [
     "Agent", "ApplyResult", "FileCheck", "Inbox", "InboxMessage", "InvalidArgument", "InvalidOp",
     "LocalError", "LogMessage", "MarkResult", "MessageLog", "MessagePage", "MessageRecord", "NotFound",
     "Page", "PeerdError", "Profile", "ReadState", "RecipientCheck", "RecipientStatus", "RemoteError", "Replica",
+    "RolePinned",
     "SearchHit",
     "SenderSeen", "SentMessage", "StoreError", "Thread", "ThreadInfo", "ThreadMessage", "ThreadSummary",
     "Undecodable", "agent_id_for", "check_file", "key_path", "open_file", "open_home", "receipt_state",

@@ -7,7 +7,8 @@ identity, the write path): ``messaging`` (send, inbox, receipts, the log),
 ``sync`` (vectors, pages of ops, apply, state checks), ``snapshot`` and
 ``vouching`` (serving and taking snapshots, checking afterwards what they let
 through), ``fleet`` (membership: admitting, removing, rotating the fleet key), and ``horizon``
-(retention: the fleet's horizon, purging what is past it). The
+(retention: the fleet's horizon, purging what is past it), ``pinning`` (role pins and who sent
+in each role's name). The
 argument checks they share are pure functions in ``checks``.
 
 Invariants (of every method, whichever area holds it):
@@ -32,13 +33,14 @@ from replica.horizon import Retention
 from replica.ids import agent_id_for
 from replica.messaging import Messaging
 from replica.pending import PendingMail
+from replica.pinning import Pinning
 from replica.search import Search
 from replica.store import Store
 from replica.threads import Threads
 from replica.vouching import Vouching
 
 
-class Replica(Messaging, PendingMail, Search, Threads, Vouching, Retention):
+class Replica(Messaging, PendingMail, Search, Threads, Vouching, Retention, Pinning):
     """One replica: a SQLite file (or ``:memory:``) plus this node's identity."""
 
     @classmethod

@@ -3,7 +3,8 @@ listeners, and the one path by which a local change becomes a signed op.
 
 Invariants:
 * Every change is one signed op written in one transaction together with its
-  projections (``_write``); a call that raises has written nothing.
+  projections (``_write``); a call that raises has written nothing. An op in the name of a role
+  pinned to other nodes is refused there (``RolePinned``), judged as peers judge it.
 * This node's seq and clock come from its newest op, read inside the write
   transaction, so own seqs stay contiguous across processes sharing the file;
   never below the floor a purge of own ops leaves in ``origins`` (``top``, ``hlc``).
@@ -19,12 +20,12 @@ import time
 from collections.abc import Callable
 from typing import Any, Self, TypeVar
 
-from replica import firstseen, project, routing, store
+from replica import firstseen, pins, pinstore, project, routing, store
 from replica import hlc as hlcmod
 from replica import identity as idmod
 from replica import ops as opsmod
 from replica.checks import chunks
-from replica.errors import InvalidArgument, InvalidOp
+from replica.errors import InvalidArgument, InvalidOp, RolePinned
 from replica.ops import KIND_MSG, KIND_SET, MAX_WRITES_PER_OP, Op
 from replica.store import Store
 
@@ -62,6 +63,14 @@ def read_writes(key: list[str], delivered: int | None, now: int) -> list[list[An
 
 def const_body(body: dict[str, Any]) -> BodyMaker:
     return lambda _seq, _hlc: body
+
+
+def _check_pins(cur: Any, kind: str, body: dict[str, Any], me: bytes, stamp: int) -> None:
+    """Refuse, before it is written, an op in the name of a role pinned to other nodes."""
+    bar = pinstore.admits(cur, kind, body, me, stamp)
+    if bar is not None:
+        raise RolePinned(bar.role, tuple(sorted(bar.nodes)),
+                         pins.refusal(bar.role, bar.nodes, pinstore.node_names(cur)))
 
 
 class ReplicaCore:
@@ -143,6 +152,7 @@ class ReplicaCore:
             now = self._wall()  # one reading: a local op arrives when it is created
             stamp = hlcmod.tick(int(last or 0), now)
             body = make_body(seq, stamp)
+            _check_pins(cur, kind, body, self.node_key, stamp)
             if kind != KIND_MSG:  # message bodies are built from arguments checked by the caller
                 try:
                     opsmod.validate_body(kind, body)

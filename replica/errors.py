@@ -39,6 +39,15 @@ class InvalidArgument(LocalError, ValueError):
     """An argument is malformed, out of bounds or contradicts the state."""
 
 
+class RolePinned(InvalidArgument):
+    """A role is pinned to other nodes (``replica.pins``): this node may not send in its name."""
+
+    def __init__(self, role: str, nodes: tuple[bytes, ...], sentence: str) -> None:
+        self.role = role
+        self.nodes = nodes
+        super().__init__(sentence)
+
+
 class NotFound(LocalError, LookupError):
     """An id (message, receipt, thread, agent) is unknown to this replica."""
 

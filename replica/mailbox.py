@@ -46,6 +46,12 @@ ADDRESSED = (
     "(m.tkey IS NULL OR m.tkey = ?2) AND NOT (m.skey = ?1 AND m.sikey = ?2) AND m.retracted IS NULL"
     " AND (?6 IS NULL OR m.tenant = ?6)"
 )
+# The sending node of a message row ``m`` (its op's origin) and the node's name in the membership
+# (NULL if unknown): the one lookup every message view appends to its columns.
+NODE_COLUMNS = (
+    "(SELECT o.node FROM origins o WHERE o.oid = m.oid),"
+    " (SELECT fa.name FROM origins o JOIN fleet_admits fa ON fa.node = o.node WHERE o.oid = m.oid)"
+)
 # ``routing.in_broadcast_history``: a broadcast created before the role's floor (HLC ?7) is not in its inbox.
 IN_HISTORY = "(m.ckey IS NOT 'broadcast' OR m.hlc >= ?7)"
 
@@ -55,8 +61,8 @@ def inbox_sql(source: str, *, unread_only: bool, order: str, undelivered_only: b
     where = f"{ADDRESSED} AND {IN_HISTORY}" + (" AND rc.read IS NULL" if unread_only else "")
     where += " AND rc.delivered IS NULL" if undelivered_only else ""
     return (
-        "SELECT m.lseq, m.id, m.sender, m.sender_inst, m.channel, m.to_inst, m.content, m.hlc, rc.read, rc.delivered"
-        f" FROM ({source} ORDER BY lseq {order}) c JOIN ops m ON m.lseq = c.lseq"
+        "SELECT m.lseq, m.id, m.sender, m.sender_inst, m.channel, m.to_inst, m.content, m.hlc, rc.read, rc.delivered,"
+        f" {NODE_COLUMNS} FROM ({source} ORDER BY lseq {order}) c JOIN ops m ON m.lseq = c.lseq"
         " LEFT JOIN receipts rc ON rc.msg_id = m.id AND rc.role = ?1 AND rc.inst = ?2"
         f" WHERE {where} ORDER BY c.lseq {order} LIMIT ?4"
     )
@@ -82,7 +88,7 @@ def _thread_sql(*, undelivered_only: bool) -> str:
     """Unread thread messages from others in agent ?1's threads after lseq ?2, at most ?3
     (with each one's number in its thread, ``thread_seqs``), retracted ones left out."""
     return (
-        "SELECT m.lseq, m.id, m.sender, m.thread, m.content, m.hlc, rc.delivered, a.name, ts.tseq"
+        f"SELECT m.lseq, m.id, m.sender, m.thread, m.content, m.hlc, rc.delivered, a.name, ts.tseq, {NODE_COLUMNS}"
         " FROM members mb JOIN ops m ON m.thread = mb.thread AND m.lseq > ?2"
         " JOIN thread_seqs ts ON ts.lseq = m.lseq"
         " LEFT JOIN receipts rc ON rc.msg_id = m.id AND rc.role = ?1 AND rc.inst = ''"
@@ -116,16 +122,23 @@ class Mail(NamedTuple):
     key: tuple[str, str, str]
     thread_seq: int | None = None
     created_ms: int = 0  # ``created`` as Unix ms
+    from_node: str | None = None  # the sending node (its key, hex: the origin of the message's op)
+    from_node_name: str | None = None  # its name in the membership, None if unknown here
+
+
+def node_hex(raw: Any) -> str | None:
+    """A node key column as the views show it (hex), None stays None."""
+    return None if raw is None else bytes(raw).hex()
 
 
 def _inbox_mail(r: Any, role: str, inst_key: str) -> Mail:
     return Mail(r[0], r[1], receipt_id(r[1], role, inst_key), r[2], r[3], r[4], r[5], None, r[6], to_iso(r[7]),
-                r[9], (r[1], role, inst_key), None, wall_of(r[7]))
+                r[9], (r[1], role, inst_key), None, wall_of(r[7]), node_hex(r[10]), r[11])
 
 
 def _thread_mail(r: Any, aid: str) -> Mail:
     return Mail(r[0], r[1], receipt_id(r[1], aid, ""), r[7] or r[2], None, None, None, r[3], r[4], to_iso(r[5]),
-                r[6], (r[1], aid, ""), r[8], wall_of(r[5]))
+                r[6], (r[1], aid, ""), r[8], wall_of(r[5]), node_hex(r[9]), r[10])
 
 
 def schema_version(cur: sqlite3.Cursor) -> int:

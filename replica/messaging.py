@@ -41,7 +41,7 @@ from replica.checks import (
 from replica.core import ReplicaCore, const_body, iso, read_writes
 from replica.errors import InvalidArgument, NotFound
 from replica.ids import receipt_id
-from replica.mailbox import INBOX_SOURCES, inbox_args, inbox_sql, merged
+from replica.mailbox import INBOX_SOURCES, NODE_COLUMNS, inbox_args, inbox_sql, merged, node_hex
 from replica.models import (
     Inbox,
     InboxMessage,
@@ -61,12 +61,12 @@ _UNREAD = tuple(inbox_sql(src, unread_only=True, order="ASC") for src in INBOX_S
 _LATEST = tuple(inbox_sql(src, unread_only=False, order="DESC") for src in INBOX_SOURCES)
 
 _LOG_QUERY = (
-    "SELECT m.lseq, m.id, m.sender, m.sender_inst, m.channel, m.to_inst, m.thread, m.content, m.hlc, a.name"
-    " FROM ops m LEFT JOIN agents a ON m.thread IS NOT NULL AND a.id = m.sender"
+    f"SELECT m.lseq, m.id, m.sender, m.sender_inst, m.channel, m.to_inst, m.thread, m.content, m.hlc, a.name,"
+    f" {NODE_COLUMNS} FROM ops m LEFT JOIN agents a ON m.thread IS NOT NULL AND a.id = m.sender"
 )
 _RECORD = (
     "m.lseq, m.id, m.sender, m.sender_inst, m.channel, m.to_inst, m.thread, m.content, m.hlc, m.sday,"
-    " m.tenant, m.retracted"
+    f" m.tenant, m.retracted, {NODE_COLUMNS}"
 )
 
 
@@ -86,13 +86,15 @@ def _log_message(r: Any) -> LogMessage:
     """Thread messages show their sender by agent name (its id stays in ``sender_id``)."""
     sender = r[9] if r[6] is not None and r[9] else r[2]
     return LogMessage(id=r[1], seq=r[0], sender=sender, sender_id=r[2], sender_instance=r[3], channel=r[4],
-                      target_instance=r[5], thread=r[6], content=r[7] or "", created=hlcmod.to_iso(r[8]))
+                      target_instance=r[5], thread=r[6], content=r[7] or "", created=hlcmod.to_iso(r[8]),
+                      from_node=node_hex(r[10]), from_node_name=r[11])
 
 
 def _record(r: Any) -> MessageRecord:
     return MessageRecord(id=r[1], seq=r[0], sender=r[2], sender_instance=r[3], channel=r[4], target_instance=r[5],
                          thread=r[6], content=r[7], created=hlcmod.to_iso(r[8]), session_day=r[9], tenant=r[10],
-                         retracted=None if r[11] is None else hlcmod.to_iso(r[11]))
+                         retracted=None if r[11] is None else hlcmod.to_iso(r[11]), from_node=node_hex(r[12]),
+                         from_node_name=r[13])
 
 
 def _message_body(from_: str, channel: str, content: str, instance_id: str | None, from_instance_id: str | None, *,
@@ -250,7 +252,7 @@ class Messaging(ReplicaCore):
         return InboxMessage(
             id=r[1], receipt_id=receipt_id(r[1], *key), sender=r[2],
             sender_instance=r[3], channel=r[4], target_instance=r[5], content=r[6], created=hlcmod.to_iso(r[7]),
-            seq=r[0], delivered_at=iso(delivered), read_at=iso(r[8]),
+            seq=r[0], delivered_at=iso(delivered), read_at=iso(r[8]), from_node=node_hex(r[10]), from_node_name=r[11],
         )
 
     def mark_receipts(self, receipt_ids: Sequence[str], caller: str | None = None) -> MarkResult:

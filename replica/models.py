@@ -47,6 +47,8 @@ class InboxMessage(_Dict):
     seq: int
     delivered_at: str | None
     read_at: str | None
+    from_node: str | None = None  # the sending node: the origin of the message's op (key, hex)
+    from_node_name: str | None = None  # its name in the membership, None if unknown here
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,8 @@ class MessageRecord(_Dict):
     session_day: int
     tenant: str | None
     retracted: str | None
+    from_node: str | None = None  # the sending node (key, hex), as in ``InboxMessage``
+    from_node_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,8 @@ class LogMessage(_Dict):
     thread: str | None
     content: str
     created: str
+    from_node: str | None = None  # the sending node (key, hex), as in ``InboxMessage``
+    from_node_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -239,6 +245,8 @@ class SearchHit(_Dict):
     created: str
     session_day: int = 0
     tenant: str | None = None
+    from_node: str | None = None  # the sending node (key, hex), as in ``InboxMessage``
+    from_node_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -257,3 +265,42 @@ class FileCheck(_Dict):
     messages: int
     ops: int
     newer_ops: int = 0  # ops held from a newer peerd, waiting for an upgrade to be applied
+    pin_refused: int = 0  # ops from peers refused for a role pin (``replica.pinstore``)
+
+
+@dataclass(frozen=True)
+class NodeRef(_Dict):
+    """A node of the fleet: its id (the node key, hex) and the name the membership gives it (None
+    when this replica knows none)."""
+
+    id: str
+    name: str | None
+
+
+@dataclass(frozen=True)
+class RolePin(_Dict):
+    """The pin in force for a role (``replica.pins``): ``nodes`` empty once it was lifted."""
+
+    role: str
+    nodes: list[NodeRef]
+    set_at: str
+    set_by: NodeRef
+    hlc: int  # the pin op's stamp: messages stamped after it are judged by it
+
+
+@dataclass(frozen=True)
+class RoleSender(_Dict):
+    """A node that sent in a role's name: how many of its messages are held here, the newest when."""
+
+    node: NodeRef
+    messages: int
+    last_sent: str
+
+
+@dataclass(frozen=True)
+class RoleSenders(_Dict):
+    """A role, the nodes that have sent in its name (messages held here), and its pin if any."""
+
+    role: str
+    senders: list[RoleSender]
+    pinned_to: list[NodeRef] | None = None

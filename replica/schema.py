@@ -174,9 +174,17 @@ SCHEMA_RETENTION = """
 CREATE INDEX ops_by_hlc ON ops(hlc);
 """
 
+# v9: role pins (``replica.pinstore``): every pin op held, per role key (the rule needs the pins
+# in force at any stamp, ``pins.binding_at``, not only the winner). A projection of ``pin`` ops; pin
+# ops a release before v9 held unapplied are applied by ``migrate.upgrade_held``.
+SCHEMA_PINS = """
+CREATE TABLE role_pins(rkey TEXT NOT NULL, hlc INTEGER NOT NULL, origin BLOB NOT NULL, role TEXT NOT NULL,
+    nodes BLOB NOT NULL, PRIMARY KEY(rkey, hlc, origin)) WITHOUT ROWID;
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     SCHEMA_V1, SCHEMA_V2, SCHEMA_THREAD_SEQS, SCHEMA_FIRST_SEEN, SCHEMA_KEYS, SCHEMA_FLEET, SCHEMA_NEWER_OPS,
-    SCHEMA_RETENTION,
+    SCHEMA_RETENTION, SCHEMA_PINS,
 )
 LATEST = len(MIGRATIONS)
 KEYED = 5  # the version from which rows carry name keys (older files are rebuilt on upgrade)

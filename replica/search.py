@@ -19,14 +19,15 @@ from replica import hlc as hlcmod
 from replica import routing
 from replica.checks import DEFAULT_LIMIT, MAX_LIMIT, check_count, check_limit, check_name, check_since, fts_query
 from replica.core import ReplicaCore
+from replica.mailbox import NODE_COLUMNS, node_hex
 from replica.messaging import check_session_day
 from replica.models import SearchHit, SenderSeen
 from replica.names import name_key
 
 # ?4: messages routed to this role key; ?6: messages whose channel key is exactly this one.
 _SEARCH = (
-    "SELECT m.id, m.lseq, m.sender, m.sender_inst, m.channel, m.thread, m.content, m.hlc, m.sday, m.tenant"
-    " FROM message_fts f JOIN ops m ON m.lseq = f.rowid"
+    f"SELECT m.id, m.lseq, m.sender, m.sender_inst, m.channel, m.thread, m.content, m.hlc, m.sday, m.tenant,"
+    f" {NODE_COLUMNS} FROM message_fts f JOIN ops m ON m.lseq = f.rowid"
     " WHERE message_fts MATCH ?1 AND m.lseq > ?2 AND (?3 IS NULL OR m.skey = ?3)"
     " AND (?4 IS NULL OR m.ckey = ?4 OR m.ckey = 'broadcast'"
     "      OR EXISTS (SELECT 1 FROM routes r WHERE r.role = ?4 AND r.lseq = m.lseq))"
@@ -69,7 +70,8 @@ class Search(ReplicaCore):
         self.catch_up()
         with self._store.read() as cur:
             rows = cur.execute(_SEARCH, args).fetchall()
-        return [SearchHit(r[0], r[1], r[2], r[3], r[4], r[5], r[6], hlcmod.to_iso(r[7]), r[8], r[9]) for r in rows]
+        return [SearchHit(r[0], r[1], r[2], r[3], r[4], r[5], r[6], hlcmod.to_iso(r[7]), r[8], r[9], node_hex(r[10]),
+                          r[11]) for r in rows]
 
     def recent_senders(self, limit: int = MAX_LIMIT) -> list[SenderSeen]:
         """Every (role, instance) that has sent a message, most recently active first."""

@@ -37,7 +37,7 @@ from replica import ops as opsmod
 from replica.errors import InvalidOp
 from replica.models import ApplyResult
 from replica.ops import KIND_MSG, KIND_SET, Op
-from replica.sync import GONE, REFUSED, STORE, Landing, Sync, _advance, _cover
+from replica.sync import GONE, PINNED, REFUSED, STORE, Landing, Sync, _advance, _cover
 
 VOUCHED = frozenset({KIND_MSG, KIND_SET})  # kinds a snapshot page stores on its signer's word
 TAKING, CURSOR, UNVERIFIED = "snapshot_taking", "snapshot_cursor", "snapshot_unverified"
@@ -307,7 +307,7 @@ class Snapshots(Sync):
             fate, oid = landing.fate(op)
             if fate == REFUSED:
                 refused += 1
-            elif fate == GONE:
+            elif fate in (GONE, PINNED):
                 gone.setdefault(oid, []).append(op.seq)
             elif fate == STORE:
                 held.add((op.origin, op.seq))  # a page naming an op twice stores it once

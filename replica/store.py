@@ -162,11 +162,12 @@ def check_file(path: str | Path, *, timeout: float = 10.0) -> FileCheck:
             columns = {str(r[1]) for r in conn.execute("PRAGMA table_info(ops)")}
             newer = int(conn.execute("SELECT count(*) FROM ops WHERE newer IS NOT NULL").fetchone()[0]) \
                 if "newer" in columns else 0
+            row = conn.execute("SELECT v FROM meta WHERE k = 'pin_refused'").fetchone()
         finally:
             conn.close()
     except sqlite3.Error as exc:
         raise StoreError(str(exc)) from None
-    return FileCheck(result, messages, ops, newer)
+    return FileCheck(result, messages, ops, newer, int(row[0]) if row else 0)
 
 
 def origin_id(cur: sqlite3.Cursor, node: bytes) -> int:

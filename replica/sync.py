@@ -23,7 +23,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from replica import firstseen, fleetstore, membership, project, purge, retention, store, vector
+from replica import firstseen, fleetstore, membership, pinstore, project, purge, retention, store, vector
 from replica import hlc as hlcmod
 from replica import ops as opsmod
 from replica.checks import check_count
@@ -32,6 +32,7 @@ from replica.core import LAST_OWN, ReplicaCore
 from replica.errors import InvalidOp
 from replica.models import ApplyResult, Page
 from replica.ops import Op
+from replica.pins import KIND_PIN
 
 # An origin's contiguous mark; this node's own row is always contiguous up to its newest op.
 _CONTIG = (
@@ -161,7 +162,7 @@ class Sync(ReplicaCore):
                 continue
             if fate == PURGED_HERE:
                 continue
-            if fate == GONE:
+            if fate in (GONE, PINNED):
                 touched.setdefault(oid, []).append(op.seq)
                 continue
             lseq = project.store_op(cur, oid, op, arrived)
@@ -230,8 +231,8 @@ class Sync(ReplicaCore):
             return int(cur.execute(LAST_OWN, (self._self_oid,)).fetchone()[1] or 0)
 
     def state_digest(self) -> str:
-        """A hash of the replicated state (messages, retractions, LWW registers, first-seen times), not
-        local order. A retracted message counts without its content, as every replica holds it."""
+        """A hash of the replicated state (messages, retractions, LWW registers, first-seen times, role
+        pins), not local order. A retracted message counts without its content, as every replica holds it."""
         h = hashlib.blake2b(digest_size=16)
         with self._store.read() as cur:
             for row in cur.execute(
@@ -245,6 +246,8 @@ class Sync(ReplicaCore):
                 h.update(pack(list(row)))
             for row in cur.execute("SELECT role, at FROM first_seen ORDER BY role"):
                 h.update(pack(["first_seen", *row]))
+            for row in cur.execute("SELECT rkey, hlc, origin, role, nodes FROM role_pins ORDER BY rkey, hlc, origin"):
+                h.update(pack(["pin", *row]))
         return h.hexdigest()
 
     def stats(self) -> dict[str, int]:
@@ -261,6 +264,7 @@ class Sync(ReplicaCore):
                 "origins": len(self.vector()),
                 "max_lseq": one(_NEWEST),
                 "newer_ops": one("SELECT count(*) FROM ops WHERE newer IS NOT NULL"),
+                "pin_refused": pinstore.refused(cur),
             }
 
     def own_history_ahead(self) -> tuple[int, int] | None:
@@ -288,7 +292,7 @@ class Sync(ReplicaCore):
             return str(cur.execute("PRAGMA integrity_check").fetchone()[0])
 
 
-REFUSED, PURGED_HERE, GONE, STORE = "refused", "purged here", "gone", "store"
+REFUSED, PURGED_HERE, GONE, PINNED, STORE = "refused", "purged here", "gone", "pinned", "store"
 
 
 class Landing:
@@ -296,7 +300,9 @@ class Landing:
     ``Sync.apply`` and of snapshot pages, ``replica.snapshot``): ``REFUSED`` (a removed node's op above
     its cutoff: never stored), ``PURGED_HERE`` (at or below its origin's mark yet not held: purged
     here, and sync never brings it back), ``GONE`` (purgeable on arrival: counted in its origin's
-    vector, its first-seen sightings kept, never stored) or ``STORE``. Origins new to the replica get
+    vector, its first-seen sightings kept, never stored), ``PINNED`` (in the name of a role pinned
+    to other nodes, ``replica.pins``: counted in its origin's vector, so the origin's later ops are
+    not held up behind it, and in the replica's refusals; never stored) or ``STORE``. Origins new to the replica get
     a row, named in ``new_oids``."""
 
     def __init__(self, rep: Sync, cur: Any, removed: Mapping[bytes, int], new_oids: dict[bytes, int]) -> None:
@@ -306,6 +312,7 @@ class Landing:
         kept = purge.setting(cur)
         self.horizon = 0 if kept is None else kept.horizon_ms
         self.contig: dict[int, int] = {}
+        self.pins = pinstore.any_pins(cur)  # without any, no op needs judging against pins
 
     def fate(self, op: Op) -> tuple[str, int]:
         """What becomes of ``op``, and its origin's row id (0 when refused)."""
@@ -323,6 +330,10 @@ class Landing:
             for role, at in firstseen.sightings(op):  # what it showed stays, as on a replica that held it
                 firstseen.record(cur, role, at)
             return GONE, oid
+        if self.pins and pinstore.admits(cur, op.kind, op.body, op.origin, op.hlc) is not None:
+            pinstore.count_refused(cur, op, str(op.body["f"]))
+            return PINNED, oid
+        self.pins = self.pins or op.kind == KIND_PIN  # a pin stored earlier in this batch counts
         return STORE, oid
 
 

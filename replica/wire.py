@@ -36,6 +36,10 @@ class MessageLike(Protocol):
     def target_instance(self) -> str | None: ...
     @property
     def created(self) -> str: ...
+    @property
+    def from_node(self) -> str | None: ...
+    @property
+    def from_node_name(self) -> str | None: ...
 
 
 def ms(stamp: str | None) -> int | None:
@@ -44,9 +48,14 @@ def ms(stamp: str | None) -> int | None:
 
 
 def message_head(m: MessageLike) -> Wire:
-    """The fields every view of a message starts with."""
+    """The fields every view of a message starts with (``fromNode``: the machine that signed it)."""
     return {"messageId": m.id, "from": m.sender, "fromInstanceId": m.sender_instance, "channel": m.channel,
-            "instanceId": m.target_instance}
+            "instanceId": m.target_instance, "fromNode": node_ref(m.from_node, m.from_node_name)}
+
+
+def node_ref(node: str | None, name: str | None) -> Wire | None:
+    """A node as every door shows it: ``{id, name}`` (name null if unknown here); None if not known."""
+    return None if node is None else {"id": node, "name": name}
 
 
 def inbox_item(m: InboxMessage) -> Wire:
@@ -73,7 +82,7 @@ def hit_view(h: SearchHit, sender: str) -> Wire:
     """A search hit (``sender``: the role, or a thread message's agent name)."""
     return {"messageId": h.id, "from": sender, "fromInstanceId": h.sender_instance, "channel": h.channel,
             "threadId": h.thread, "content": h.content, "createdAt": ms_of_iso(h.created),
-            "sessionDay": h.session_day, "seq": h.seq}
+            "sessionDay": h.session_day, "seq": h.seq, "fromNode": node_ref(h.from_node, h.from_node_name)}
 
 
 def sent_view(m: MessageRecord, recipients: tuple[str, ...], unknown: tuple[str, ...],

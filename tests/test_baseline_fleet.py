@@ -264,3 +264,24 @@ def test_this_releases_own_new_kind_never_reaches_the_baseline(fleet: Fleet, bas
         kinds = {str(unpackb(unpackb(bytes(blob))[0])[4]) for (blob,) in conn.execute("SELECT blob FROM ops")}
     assert "ret" not in kinds and "msg" in kinds
     assert old.counter("refused") == 0
+
+
+def test_a_role_pin_never_reaches_the_baseline_and_refuses_its_sends_in_the_role(fleet: Fleet,
+                                                                                 baseline_peerd: Path) -> None:
+    """The current daemon pins a role (a ``pin`` op, a kind 0.1.0 does not know): the baseline never gets
+    the op and refuses nothing; a message it then sends in the pinned role's name is refused by the
+    current daemon (counted), and the baseline's later mail still arrives."""
+    old, new = mixed_pair(fleet, baseline_peerd)
+    subprocess.run([str(PEERD), "role", "pin", "cat", new.daemon.node_id, "--home", str(new.daemon.home)],
+                   check=True, capture_output=True, timeout=60)
+    later = new.send("cat", "dan", "after the pin")
+    wait_until(lambda: old.has_message(later), 30, "the message after the pin op on the baseline")
+    forged = old.send("cat", "dan", "in cat's name from the baseline")
+    after = old.send("dan", "cat", "the baseline's own role")
+    wait_until(lambda: new.has_message(after), 30, "the baseline's later message on the current daemon")
+    assert not new.has_message(forged)
+    assert new.daemon.status()["totals"]["pin_refused"] == 1
+    with read_only(old.daemon.db) as conn:
+        kinds = {str(unpackb(unpackb(bytes(blob))[0])[4]) for (blob,) in conn.execute("SELECT blob FROM ops")}
+    assert "pin" not in kinds
+    assert old.counter("refused") == 0

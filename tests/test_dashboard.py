@@ -75,8 +75,8 @@ def page(browser: Browser) -> Iterator[Page]:
 
 def test_dashboard_shows_fleet_streams_receipts_and_searches(trio: tuple[Daemon, Daemon, Daemon],
                                                              page: Page) -> None:
-    """Open b's page: the other nodes are live; a message sent on a appears without reload, its receipt
-    goes pending, delivered, read; search finds it; nothing outside this daemon is requested."""
+    """Open b's page: the other nodes are live; a message sent on a appears without reload, naming the
+    node that sent it; its receipt goes pending, delivered, read; search finds it; nothing outside this daemon is requested."""
     a, b, c = trio
     requests: list[str] = []
     errors: list[str] = []
@@ -99,6 +99,8 @@ def test_dashboard_shows_fleet_streams_receipts_and_searches(trio: tuple[Daemon,
     item = page.locator(f'#stream li[data-id="{sent["messageId"]}"]')
     item.wait_for()
     assert "ship the flamingo release tonight" in item.inner_text() and "planner" in item.inner_text()
+    assert item.locator(".node").get_attribute("data-node") == a.node_id  # the machine that sent it
+    page.locator(f'#stream li[data-id="{sent["id"]}"] .node', has_text="from a").wait_for()
     assert item.locator('.chip[data-role="coder"]').get_attribute("data-state") == "pending"
     receipt = wait_until(lambda: b.check("coder")["messages"], SPREAD, "the message in coder's inbox on b")
     page.locator(f'#stream li[data-id="{sent["messageId"]}"] .chip[data-role="coder"][data-state="delivered"]').wait_for()

@@ -114,6 +114,7 @@ async def test_new_mail_is_pushed_once_with_meta_and_recorded_delivered(host: Ho
         assert event.meta == {
             "message_id": mid, "receipt_id": receipt_id(mid, "beta", "b1"), "from": "alpha",
             "from_instance_id": "a1", "channel": "beta", "seq": event.meta["seq"], "created": event.meta["created"],
+            "from_node": host.replica.node_id,  # the sending node; no name: this replica never admitted itself
         }
         await send(host, "alpha", "beta", "marker")
         assert [e.content for e in await pushes.events_until("marker")] == ["marker"]
@@ -216,6 +217,7 @@ async def test_inbox_and_thread_resources_are_peeks(host: Host) -> None:
         inbox = await client.read_resource("peerd://inbox/beta%2Fops")
         doc = json.loads(inbox.contents[0].text)  # type: ignore[union-attr]
         assert (doc["role"], doc["unread"], [m["content"] for m in doc["messages"]]) == ("beta/ops", 1, ["peek"])
+        assert doc["messages"][0]["fromNode"] == {"id": r.node_id, "name": None}  # the node that sent it
         assert r.message_status(mid)[0].delivered_at is None
         thread = json.loads((await client.read_resource(f"peerd://thread/{tid}")).contents[0].text)  # type: ignore[union-attr]
         assert sorted(thread["participants"]) == ["alpha", "beta"]

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replica import InvalidArgument, Replica, identity, ops
+from replica import InvalidArgument, Replica, identity, ops, schema
 from replica import retention as ret
 from replica.hlc import pack, wall_of
 from tests.conftest import pull
@@ -406,7 +406,8 @@ def test_a_file_made_before_retention_is_vacuumed_once_when_a_horizon_first_take
 
 
 def test_an_older_file_gets_the_index_by_creation_time(tmp_path: Path) -> None:
-    """Opening a file of the previous schema adds the index purges walk (a migration, nothing rebuilt)."""
+    """Opening a file of the schema before retention adds the index purges walk (a migration, nothing
+    rebuilt)."""
     db = tmp_path / "replica.db"
     r = replica(Clock(), db)
     r.send_message("alice", "bob", "hi")
@@ -414,7 +415,9 @@ def test_an_older_file_gets_the_index_by_creation_time(tmp_path: Path) -> None:
     r.close()
     conn = sqlite3.connect(db)
     conn.execute("DROP INDEX ops_by_hlc")
-    conn.execute("UPDATE meta SET v = v - 1 WHERE k = 'schema_version'")
+    conn.execute("DROP TABLE role_pins")  # v9, after v8's index
+    before = schema.MIGRATIONS.index(schema.SCHEMA_RETENTION)
+    conn.execute("UPDATE meta SET v = ? WHERE k = 'schema_version'", (before,))
     conn.commit()
     conn.close()
     again = replica(Clock(), db)

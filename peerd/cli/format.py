@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from peerd.cli.retention import status_lines
+from peerd.cli.roles import node_text, pin_status_lines
 from replica.models import receipt_state
 from replica.stamps import iso_ms
 
@@ -97,6 +98,7 @@ def format_status(d: dict[str, Any]) -> str:
         f"totals  {plural(t['messages'], 'message')}, {plural(t['receipts'], 'receipt')}, "
         f"{plural(t['ops'], 'op')} from {plural(t['origins'], 'node')}",
         *newer_lines(t),
+        *pin_status_lines(t),
         f"peers   {d['live_peers']} of {len(d['peers'])} live; peers lack {d['lag']:,} of our ops",
     ]
     conf = d.get("settings")
@@ -182,7 +184,7 @@ def when(ms: int | None) -> str:
 def format_inbox_message(m: dict[str, Any]) -> str:
     state = receipt_state(m.get("deliveredAt"), m.get("readAt"))
     return (f"[{when(m['createdAt'])}] {_who(m['from'], m.get('fromInstanceId'))} -> {m['channel']}: "
-            f"{m['content']}\n    receipt {m['receiptId']}  ({state})")
+            f"{m['content']}\n    receipt {m['receiptId']}  ({state})  from node {node_text(m.get('fromNode'))}")
 
 
 def format_search(d: dict[str, Any]) -> str:

@@ -60,6 +60,8 @@ COMMANDS = (
                                 "the file holds the fleet key"),
     Command("restore", "backup", "make a new home (--home) from a backup, as a new node"),
     Command("retention", "retention", "the fleet's retention horizon: set, show or clear it"),
+    Command("roles", "roles", "roles and the nodes that have sent in their name; which are pinned"),
+    Command("role", "roles", "pin a role to nodes (only they may send in its name), or unpin it"),
     Command("send", "arguments", "send a message ('-' as TEXT reads it from stdin)"),
     Command("inbox", "arguments", "unread messages for a role (records delivery)"),
     Command("hook", "hook", "print a role's unread mail for a Claude Code or Codex hook", usage_exit=1),

@@ -209,6 +209,15 @@ function recipientChip(r) {
   return chip;
 }
 
+// The machine that sent a message: its name in the fleet, else the start of its node id.
+function nodeTag(m) {
+  if (!m.fromNode) return el("span", "node", "");
+  const tag = el("span", "node", `from ${m.fromNode.name || m.fromNode.id.slice(0, 16)}`);
+  tag.title = `sent from node ${m.fromNode.id}`;
+  tag.dataset.node = m.fromNode.id;
+  return tag;
+}
+
 function messageItem(m, words, fresh) {
   const item = el("li", fresh ? "msg fresh" : "msg");
   item.dataset.id = m.messageId;
@@ -216,7 +225,7 @@ function messageItem(m, words, fresh) {
   const target = m.threadId ? `thread ${m.threadId}` : m.instanceId ? `${m.channel}@${m.instanceId}` : m.channel;
   item.append(
     el("div", "meta", el("span", "who", sender), el("span", null, "→"), el("span", "who", target),
-      el("span", null, shortTime(m.createdAt)), el("span", null, `#${m.seq}`)),
+      el("span", null, shortTime(m.createdAt)), el("span", null, `#${m.seq}`), nodeTag(m)),
     el("div", "content", highlight(m.content, words)),
   );
   if (m.recipients) item.append(el("div", "chips", ...m.recipients.map(recipientChip)));

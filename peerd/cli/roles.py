@@ -1,0 +1,125 @@
+"""``peerd roles`` (which nodes have sent in each role's name) and ``peerd role pin ROLE NODE...`` /
+``peerd role unpin ROLE`` (bind a role to nodes, lift it).
+
+Invariants:
+* Both commands work on the replica file itself, with or without a daemon: a pin is one signed
+  ``pin`` op, which a running daemon notices (its file watch) and pushes to the fleet; with none,
+  it waits in the replica like any offline write.
+* A node is named by id (a prefix of at least 4 hex digits) or by the name the membership gives it;
+  a word that names no node, or several, is refused and nothing is written.
+* The text forms are pure functions of what ``--json`` prints (``RoleSenders``, ``RolePin``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from peerd import home as homes
+from peerd.cli.errors import EXIT_NO_HOME, CliError
+
+
+@contextmanager
+def _replica(args: argparse.Namespace) -> Iterator[Any]:
+    from replica import open_home  # noqa: PLC0415 - loads the store only for this command
+
+    home = homes.resolve_home(args.home)
+    if not homes.replica_path(home).exists():
+        raise CliError(f"no peerd home at {home} (create one with: peerd init, or give your node's --home)",
+                       EXIT_NO_HOME)
+    with open_home(home) as rep:
+        yield rep
+
+
+def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    print(json.dumps(data, indent=2, default=str) if args.json else text, flush=True)
+
+
+def node_text(ref: dict[str, Any] | None) -> str:
+    """A node for people: ``name (id16)``, or the id alone when no name is known."""
+    if not ref:
+        return "-"
+    short = str(ref["id"])[:16]
+    return f"{ref['name']} ({short})" if ref.get("name") else short
+
+
+def roles_text(rows: list[dict[str, Any]]) -> str:
+    """The table of ``peerd roles``: a line per (role, sending node), pinned roles marked."""
+    from peerd.cli.format import table  # noqa: PLC0415 - format imports this module
+
+    if not rows:
+        return "no role has sent a message held here"
+    out = []
+    for r in rows:
+        pinned = r.get("pinned_to")
+        pin = "-" if pinned is None else "to " + ", ".join(node_text(n) for n in pinned)
+        for s in r["senders"] or [None]:
+            out.append((r["role"], node_text(s["node"]) if s else "-", s["messages"] if s else 0,
+                        s["last_sent"] if s else "-", pin))
+    return table(out, ["ROLE", "SENT FROM NODE", "MESSAGES", "LAST SENT", "PINNED"])
+
+
+def pin_status_lines(totals: dict[str, Any]) -> list[str]:
+    """What ``peerd status`` adds: ops refused here for a role pin, if any."""
+    n = int(totals.get("pin_refused") or 0)
+    if not n:
+        return []
+    return [f"pins    {n:,} op{'' if n == 1 else 's'} from peers refused: sent in the name of a role pinned to other "
+            "nodes (peerd roles; peerd doctor names the last)"]
+
+
+def cmd_roles(args: argparse.Namespace) -> int:
+    with _replica(args) as rep:
+        rows = [r.to_dict() for r in rep.role_senders()]
+    _emit(args, rows, roles_text(rows))
+    return 0
+
+
+def _live(args: argparse.Namespace) -> bool:
+    from peerd.cli.backends import running_daemon  # noqa: PLC0415 - keep this module light for format.py
+
+    return running_daemon(homes.resolve_home(args.home)) is not None
+
+
+def cmd_pin(args: argparse.Namespace) -> int:
+    with _replica(args) as rep:
+        pin = rep.pin_role(args.role, args.nodes).to_dict()
+    text = (f"pinned role {pin['role']!r} to {', '.join(node_text(n) for n in pin['nodes'])}: every replica "
+            "refuses new messages in its name from other nodes")
+    if not _live(args):
+        text += "\n(no daemon runs for this home: the fleet learns of the pin once one runs)"
+    _emit(args, pin, text)
+    return 0
+
+
+def cmd_unpin(args: argparse.Namespace) -> int:
+    with _replica(args) as rep:
+        pin = rep.unpin_role(args.role).to_dict()
+    text = f"lifted the pin of role {pin['role']!r}: any member may send in its name again"
+    if not _live(args):
+        text += "\n(no daemon runs for this home: the fleet learns of it once one runs)"
+    _emit(args, pin, text)
+    return 0
+
+
+def roles_arguments(s: argparse.ArgumentParser) -> None:
+    s.set_defaults(fn=cmd_roles)
+
+
+def role_arguments(s: argparse.ArgumentParser) -> None:
+    from peerd.cli.parser import Parser, global_options  # noqa: PLC0415 - the parser loads this module
+
+    common = Parser(add_help=False)  # the global options after a verb, too
+    global_options(common, argparse.SUPPRESS)
+    s.set_defaults(fn=cmd_roles)  # each verb sets its own; a verb is required
+    verbs = s.add_subparsers(dest="verb", required=True, metavar="VERB")
+    v = verbs.add_parser("pin", parents=[common], help="let only NODE... send in ROLE's name, on every replica")
+    v.add_argument("role", metavar="ROLE")
+    v.add_argument("nodes", metavar="NODE", nargs="+", help="a node id (4 or more hex digits) or a member's name")
+    v.set_defaults(fn=cmd_pin)
+    v = verbs.add_parser("unpin", parents=[common], help="lift ROLE's pin: any member may send in its name again")
+    v.add_argument("role", metavar="ROLE")
+    v.set_defaults(fn=cmd_unpin)

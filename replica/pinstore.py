@@ -1,0 +1,130 @@
+"""SQL of role pins and of which node sent what: projecting ``pin`` ops, judging an op against
+them, counting refusals, and the senders of each role.
+
+Invariants:
+* ``role_pins`` holds one row per pin op held (``pins.Pin``), keyed by the role's name key; the
+  rules over them are ``replica.pins`` (pure). A pin op projects exactly its row: storing it twice,
+  or in any order, leaves the same rows.
+* ``admits`` is the one judge of an op in a role's name (local writes and ops from peers alike).
+* Refusals of ops from peers are counted in ``meta`` (``pin_refused``, with the last one refused),
+  in the transaction that refused them, so every process on the file and every restart sees them.
+* The sending node of a message is its op's origin (``ops.oid`` -> ``origins.node``), named by the
+  membership (``fleet_admits``); ``mailbox.NODE_COLUMNS`` is that lookup, written once, for every view.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from typing import Any
+
+from replica import pins
+from replica.codec import pack, unpack
+from replica.names import name_key
+from replica.ops import Op
+
+REFUSED_META = "pin_refused"
+LAST_REFUSED_META = "pin_refused_last"
+
+
+def project(cur: sqlite3.Cursor, op: Op) -> None:
+    """The row of a newly stored pin op."""
+    b = op.body
+    cur.execute("INSERT OR IGNORE INTO role_pins(rkey, hlc, origin, role, nodes) VALUES (?, ?, ?, ?, ?)",
+                (name_key(b["r"]), op.hlc, op.origin, b["r"], pack(sorted(b["n"]))))
+
+
+def _pin(row: Any) -> pins.Pin:
+    return pins.Pin(str(row[0]), frozenset(bytes(n) for n in unpack(bytes(row[3]))), int(row[1]), bytes(row[2]))
+
+
+def pins_of(cur: sqlite3.Cursor, role: str) -> list[pins.Pin]:
+    """Every pin op held for ``role`` (by its name key)."""
+    return [_pin(r) for r in cur.execute("SELECT role, hlc, origin, nodes FROM role_pins WHERE rkey = ?",
+                                         (name_key(role),))]
+
+
+def in_force(cur: sqlite3.Cursor) -> list[pins.Pin]:
+    """The pin in force for each role that has one (unpins included), by role key."""
+    by_role: dict[str, list[pins.Pin]] = {}
+    for r in cur.execute("SELECT rkey, role, hlc, origin, nodes FROM role_pins"):
+        by_role.setdefault(str(r[0]), []).append(_pin(r[1:]))
+    return [w for key in sorted(by_role) if (w := pins.winner(by_role[key])) is not None]
+
+
+def any_pins(cur: sqlite3.Cursor) -> bool:
+    return cur.execute("SELECT 1 FROM role_pins LIMIT 1").fetchone() is not None
+
+
+def admits(cur: sqlite3.Cursor, kind: str, body: dict[str, Any], origin: bytes, hlc: int) -> pins.Pin | None:
+    """None when the pins held here let ``origin`` write this op at ``hlc``; else the pin that bars it."""
+    role = pins.binds(kind, body)
+    if role is None:
+        return None
+    held = pins_of(cur, role)
+    if not held or pins.allows(held, origin, hlc):
+        return None
+    return pins.binding_at(held, hlc)
+
+
+def count_refused(cur: sqlite3.Cursor, op: Op, role: str) -> None:
+    """Count an op refused for a pin, and remember it as the last one."""
+    cur.execute("INSERT INTO meta(k, v) VALUES (?, 1) ON CONFLICT(k) DO UPDATE SET v = v + 1", (REFUSED_META,))
+    cur.execute("INSERT INTO meta(k, v) VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v",
+                (LAST_REFUSED_META, pack([role, op.origin, op.seq, op.hlc])))
+
+
+def refused(cur: sqlite3.Cursor) -> int:
+    row = cur.execute("SELECT v FROM meta WHERE k = ?", (REFUSED_META,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def last_refused(cur: sqlite3.Cursor) -> tuple[str, bytes, int, int] | None:
+    """(role, origin, seq, hlc) of the last op refused for a pin, or None."""
+    row = cur.execute("SELECT v FROM meta WHERE k = ?", (LAST_REFUSED_META,)).fetchone()
+    if row is None:
+        return None
+    role, origin, seq, hlc = unpack(bytes(row[0]))
+    return str(role), bytes(origin), int(seq), int(hlc)
+
+
+def node_names(cur: sqlite3.Cursor) -> dict[bytes, str]:
+    """Node key -> the name the membership gives it."""
+    return {bytes(r[0]): str(r[1]) for r in cur.execute("SELECT node, name FROM fleet_admits")}
+
+
+def senders(cur: sqlite3.Cursor) -> list[tuple[str, bytes, int, int]]:
+    """(role as first written, node, messages, newest stamp) for every role and node that sent a
+    channel message in its name held here, by role key then node."""
+    rows = cur.execute(
+        "SELECT min(m.sender), o.node, count(*), max(m.hlc) FROM ops m JOIN origins o ON o.oid = m.oid"
+        " WHERE m.id IS NOT NULL AND m.thread IS NULL GROUP BY m.skey, m.oid ORDER BY m.skey, o.node"
+    )
+    return [(str(r[0]), bytes(r[1]), int(r[2]), int(r[3])) for r in rows]
+
+
+def _full_id(word: str) -> bool:
+    return len(word) == 2 * pins.NODE_BYTES and all(c in "0123456789abcdefABCDEF" for c in word)
+
+
+def resolve(cur: sqlite3.Cursor, words: Iterable[str]) -> tuple[list[bytes], list[str], dict[str, list[bytes]]]:
+    """Nodes named by id (a prefix of at least 4 hex digits of a node known here, or a whole id) or by
+    membership name: (the nodes found, words that name none, words that name several)."""
+    known = {bytes(r[0]) for r in cur.execute("SELECT node FROM origins")} | set(node_names(cur))
+    names = node_names(cur)
+    found: list[bytes] = []
+    unknown: list[str] = []
+    ambiguous: dict[str, list[bytes]] = {}
+    for word in words:
+        w = word.strip()
+        hits = sorted({n for n in known if len(w) >= 4 and n.hex().startswith(w.lower())}
+                      | {n for n, nm in names.items() if name_key(nm) == name_key(w)})
+        if not hits and _full_id(w):  # a node this replica has not heard of yet, named in full
+            hits = [bytes.fromhex(w)]
+        if not hits:
+            unknown.append(word)
+        elif len(hits) > 1:
+            ambiguous[word] = hits
+        else:
+            found.append(hits[0])
+    return found, unknown, ambiguous

@@ -1,0 +1,281 @@
+"""Role pins and the sending node, on replicas: the pure LWW rule (property tested), local refusals,
+ops from peers refused and counted (never stored, never stalling their origin), pins that sync,
+survive reopening and are applied on upgrade by a release that held them; ``fromNode`` in every
+message view built from the stored op."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mcp_server import framing
+from replica import Replica, RolePinned, identity, migrate, pins, project, schema, wire
+from replica import hlc as hlcmod
+from replica import ops as opsmod
+from replica.errors import InvalidArgument, NotFound
+from replica.mailbox import mail
+from tests.conftest import pull
+from tests.newer import NewerNode
+from tests.snapshots import Server, busy_hub, take
+
+NODES = [bytes([i]) * 32 for i in range(4)]
+
+
+def a_pin(role: str, nodes: list[bytes], hlc: int, origin: bytes) -> pins.Pin:
+    return pins.Pin(role, frozenset(nodes), hlc, origin)
+
+
+_PINS = st.lists(st.builds(a_pin, st.just("r"), st.lists(st.sampled_from(NODES), max_size=3),
+                           st.integers(1, 50), st.sampled_from(NODES)), min_size=1, max_size=8,
+                 unique_by=lambda p: (p.hlc, p.origin))  # a node's stamps never repeat: one op per stamp
+
+
+@given(_PINS, st.randoms(use_true_random=False), st.integers(0, 60), st.sampled_from(NODES))
+def test_the_pin_in_force_is_a_function_of_the_set_of_pins(held: list[pins.Pin], rnd: Any, at: int,
+                                                          origin: bytes) -> None:
+    """Any order, any repeats and any grouping of a role's pins give one winner, one binding at
+    every stamp and one verdict on every op: the rule is commutative, associative, idempotent."""
+    shuffled = held + held[: rnd.randint(0, len(held))]
+    rnd.shuffle(shuffled)
+    assert pins.winner(shuffled) == pins.winner(held) == max(held, key=lambda p: (p.hlc, p.origin))
+    cut = rnd.randint(0, len(held))
+    grouped = [w for w in (pins.winner(held[:cut]), pins.winner(held[cut:])) if w is not None]
+    assert pins.winner(grouped) == pins.winner(held)
+    assert pins.binding_at(shuffled, at) == pins.binding_at(held, at)
+    assert pins.allows(shuffled, origin, at) == pins.allows(held, origin, at)
+    bound = pins.binding_at(held, at)
+    assert pins.allows(held, origin, at) == (bound is None or not bound.nodes or origin in bound.nodes)
+
+
+@given(_PINS, st.integers(0, 60), st.sampled_from(NODES))
+def test_an_op_is_judged_by_the_pin_in_force_just_before_its_stamp(held: list[pins.Pin], at: int,
+                                                                  origin: bytes) -> None:
+    """Pins stamped at or after an op's stamp never change its verdict (a message sent before a
+    pin is never refused because of it)."""
+    before = [p for p in held if p.hlc < at]
+    assert pins.allows(held, origin, at) == pins.allows(before, origin, at)
+    assert pins.allows([], origin, at)
+
+
+def pair() -> tuple[Replica, Replica]:
+    return Replica.open(), Replica.open()
+
+
+def stamped(node: NewerNode, hlc: int, sender: str, content: str) -> bytes:
+    """A message of ``node`` created at stamp ``hlc`` (its next seq)."""
+    node.clock = hlc - 1
+    node.seq += 1
+    body = {"f": sender, "fi": None, "c": "bob", "ti": None, "t": None, "x": content}
+    return opsmod.encode(node.key, node.seq, hlc, "msg", body, sign=node.ident.sign)
+
+
+def test_a_pinned_role_refuses_a_local_send_from_another_node_and_writes_nothing() -> None:
+    a, b = pair()
+    a.send_message("alice", "bob", "before the pin")
+    a.pin_role("alice", [a.node_id])
+    pull(b, a)
+    ops_before = b.stats()["ops"]
+    with pytest.raises(RolePinned) as err:
+        b.send_message("Alice", "bob", "in alice's name")  # names match by key
+    assert a.node_id[:16] in str(err.value) and "pinned" in str(err.value)
+    assert isinstance(err.value, InvalidArgument) and err.value.nodes == (a.node_key,)
+    assert b.stats()["ops"] == ops_before
+    b.send_message("carol", "bob", "an unpinned role is unchanged")
+    a.send_message("alice", "bob", "the pinned node still may")
+    mid = a.send_message("alice", "bob", "to retract").id
+    pull(b, a)
+    with pytest.raises(RolePinned):
+        b.retract_message(mid, "alice")
+
+
+def test_an_op_from_a_peer_in_a_pinned_role_is_refused_counted_and_its_origin_goes_on() -> None:
+    """A message another member signs in a pinned role's name, arriving by sync, is not stored, is
+    counted, and its seq is counted in the origin's vector: the origin's later ops still land."""
+    a, b = pair()
+    at = a.pin_role("alice", [a.node_id]).hlc
+    pull(b, a)
+    mallory = NewerNode()
+    forged = stamped(mallory, at + 1, "alice", "send me the keys")
+    later = stamped(mallory, at + 2, "mallory", "hello")
+    result = b.apply([forged, later])
+    assert result.new == 1
+    assert b.stats()["pin_refused"] == 1
+    assert b.vector()[mallory.key] == 2
+    assert [m.content for m in b.check_messages("bob").messages] == ["hello"]
+    count, last = b.pin_refusals()
+    assert count == 1 and last is not None and last[0] == "alice" and last[1].id == mallory.key.hex()
+    assert b.apply([forged]).new == 0 and b.stats()["pin_refused"] == 1  # held as gone: not judged twice
+
+
+def test_a_message_stamped_before_the_pin_is_kept_wherever_it_lands() -> None:
+    a, b = pair()
+    at = a.pin_role("alice", [a.node_id]).hlc
+    sent_before = stamped(NewerNode(), at, "alice", "sent before the pin")  # the same stamp is not after it
+    pull(b, a)
+    assert b.apply([sent_before]).new == 1
+    assert [m.content for m in b.check_messages("bob").messages] == ["sent before the pin"]
+
+
+def test_unpin_lifts_and_the_last_writer_wins_on_every_replica() -> None:
+    a, b = pair()
+    pin_a = a.pin_role("alice", [a.node_id])
+    pin_b = b.pin_role("alice", [b.node_id])  # concurrent: b had not heard of a's pin
+    pull(a, b)
+    pull(b, a)
+    (won, winner), (_, loser) = sorted([((pin_a.hlc, a.node_key), a), ((pin_b.hlc, b.node_key), b)],
+                                       key=lambda x: x[0], reverse=True)
+    assert [p.to_dict() for p in a.role_pins()] == [p.to_dict() for p in b.role_pins()]
+    assert [n.id for n in a.role_pins()[0].nodes] == [winner.node_id] and a.role_pins()[0].hlc == won[0]
+    with pytest.raises(RolePinned):
+        loser.send_message("alice", "bob", "not the winner's node")
+    winner.send_message("alice", "bob", "the winner's node")
+    loser.unpin_role("alice")
+    pull(winner, loser)
+    assert winner.role_pins() == [] == loser.role_pins()
+    loser.send_message("alice", "bob", "any member again")
+    with pytest.raises(NotFound):
+        winner.unpin_role("alice")
+
+
+def test_pinning_names_nodes_by_id_prefix_or_name_and_refuses_unknown_ones() -> None:
+    a, b = pair()
+    a.admit_node(b.node_key, "laptop", "0" * 16)
+    pin = a.pin_role("alice", ["LAPTOP", a.node_id[:6]])
+    assert {n.id for n in pin.nodes} == {a.node_id, b.node_id}
+    assert {n.name for n in pin.nodes} == {"laptop", None}
+    for bad in (["nobody"], [], ["ab"]):
+        with pytest.raises((NotFound, InvalidArgument)):
+            a.pin_role("carol", bad)
+    assert "carol" not in {p.role for p in a.role_pins()}
+    future = identity.generate().public_key.hex()  # a whole id: a node not heard of yet
+    assert [n.id for n in a.pin_role("dave", [future]).nodes] == [future]
+
+
+def test_pins_survive_reopening_and_reach_a_late_joiner(tmp_path: Path) -> None:
+    a = Replica.open(tmp_path / "a.db")
+    a.pin_role("alice", [a.node_id])
+    key = a._ident
+    a.close()
+    a = Replica.open(tmp_path / "a.db", key)
+    assert [p.role for p in a.role_pins()] == ["alice"]
+    late = Replica.open(tmp_path / "late.db")
+    pull(late, a)
+    with pytest.raises(RolePinned):
+        late.send_message("alice", "bob", "late")
+
+
+def test_a_release_that_held_pin_ops_applies_them_on_upgrade(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release before pins stores a pin op without applying it (and takes the role's messages);
+    opening the file with this release applies the pin, and keeps what was stored before."""
+    db = tmp_path / "r.db"
+    pinner = Replica.open()
+    pinner.pin_role("alice", [pinner.node_id])
+    pin_ops = pinner.ops_missing({}, 1 << 20).ops
+    older = {k: v for k, v in opsmod._CHECKS.items() if k != pins.KIND_PIN}
+    with monkeypatch.context() as m:
+        m.setattr(opsmod, "_CHECKS", older)
+        m.setattr(project, "KNOWN_KINDS", frozenset(older))
+        m.setattr(opsmod, "OP_LEVEL", 2)
+        m.setattr(migrate, "OP_LEVEL", 2)
+        with Replica.open(db) as r:
+            r.apply(pin_ops)
+            assert r.stats()["newer_ops"] == 1 and r.newer_ops() == {"pin": 1}
+            r.send_message("alice", "bob", "taken before the upgrade")
+    with Replica.open(db) as r:
+        assert r.stats()["newer_ops"] == 0
+        assert [p.role for p in r.role_pins()] == ["alice"]
+        assert [m.content for m in r.check_messages("bob").messages] == ["taken before the upgrade"]
+        with pytest.raises(RolePinned):
+            r.send_message("alice", "bob", "after the upgrade")
+
+
+def test_a_file_of_the_schema_before_pins_gets_the_table(tmp_path: Path) -> None:
+    """Opening a v8 file (no ``role_pins``) runs the v9 migration, and pins work on it."""
+    db = tmp_path / "r.db"
+    with Replica.open(db) as r:
+        r.send_message("alice", "bob", "hi")
+        digest = r.state_digest()
+    conn = sqlite3.connect(db)
+    conn.execute("DROP TABLE role_pins")
+    conn.execute("UPDATE meta SET v = ? WHERE k = 'schema_version'", (schema.MIGRATIONS.index(schema.SCHEMA_PINS),))
+    conn.commit()
+    conn.close()
+    with Replica.open(db) as r:
+        assert r.state_digest() == digest
+        assert r.pin_role("alice", [r.node_id]).role == "alice"
+
+
+def test_a_pin_op_is_not_offered_to_a_first_release_peer() -> None:
+    a = Replica.open()
+    a.pin_role("alice", [a.node_id])
+    (raw,) = a.ops_missing({}, 1 << 20).ops
+    assert not opsmod.read_stored(raw).v1 and opsmod.read_stored(raw).understood
+    assert a.ops_missing({}, 1 << 20, "v1-all").ops == []
+
+
+@pytest.mark.parametrize("body", [
+    {"r": "", "n": []}, {"r": "x", "n": [b"short"]}, {"r": "x", "n": [NODES[0], NODES[0]]},
+    {"r": "x", "n": NODES * 20}, {"r": "x"},
+])
+def test_a_malformed_pin_op_is_refused(body: dict[str, Any]) -> None:
+    ident = identity.generate()
+    raw = opsmod.encode(ident.public_key, 1, hlcmod.pack(1), pins.KIND_PIN, body, sign=ident.sign)
+    with pytest.raises(opsmod.InvalidOp):
+        opsmod.decode(raw)
+
+
+def test_every_message_view_carries_its_sending_node() -> None:
+    """check_messages (replica and MCP), the mail channel pushes are built from, and the log."""
+    a, b = pair()
+    b.admit_node(a.node_key, "server", "0" * 16)
+    mid = a.send_message("alice", "bob", "hi").id
+    pull(b, a)
+    mine = b.send_message("carol", "bob", "from here").id
+    with b._store.read() as cur:
+        pushed = {m.id: m for m in mail(cur, "bob", floor=0)}
+    inbox = {m.id: m for m in b.check_messages("bob").messages}
+    assert (inbox[mid].from_node, inbox[mid].from_node_name) == (a.node_id, "server")
+    assert (inbox[mine].from_node, inbox[mine].from_node_name) == (b.node_id, None)
+    assert wire.inbox_item(inbox[mid])["fromNode"] == {"id": a.node_id, "name": "server"}
+    meta = framing.channel_meta(pushed[mid])
+    assert (meta["from_node"], meta["from_node_name"]) == (a.node_id, "server")
+    assert "from_node_name" not in framing.channel_meta(pushed[mine])
+    log = {m.id: m for m in b.message_log(None, 10).messages}
+    assert log[mid].from_node == a.node_id and log[mid].from_node_name == "server"
+    record = b.get_message(mid)
+    assert (record.from_node, record.from_node_name) == (a.node_id, "server")
+    assert wire.message_view(record)["fromNode"] == {"id": a.node_id, "name": "server"}
+    b.catch_up()
+    (hit,) = b.search_messages("hi")
+    assert (hit.from_node, hit.from_node_name) == (a.node_id, "server")
+
+
+def test_roles_lists_the_nodes_that_sent_in_each_name() -> None:
+    a, b = pair()
+    a.send_message("alice", "bob", "1")
+    a.send_message("Alice", "bob", "2")
+    pull(b, a)
+    b.send_message("alice", "bob", "3")
+    b.pin_role("dave", [b.node_id])
+    rows = {r.role.lower(): r for r in b.role_senders()}
+    assert {(s.node.id, s.messages) for s in rows["alice"].senders} == {(a.node_id, 2), (b.node_id, 1)}
+    assert rows["alice"].pinned_to is None
+    assert rows["dave"].senders == [] and [n.id for n in rows["dave"].pinned_to or []] == [b.node_id]
+
+
+def test_a_snapshot_carries_the_pins() -> None:
+    """A new member that starts from a snapshot holds the hub's pins (its state digest is the hub's)
+    and refuses what they bar."""
+    hub = busy_hub(messages=20)
+    hub.pin_role("alice", [hub.node_id])
+    taker = Replica.open()
+    take(taker, Server(hub))
+    assert taker.state_digest() == hub.state_digest()
+    assert [p.role for p in taker.role_pins()] == ["alice"]
+    with pytest.raises(RolePinned):
+        taker.send_message("alice", "bob", "from the new member")
