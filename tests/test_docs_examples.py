@@ -74,6 +74,7 @@ def run(tmp_path: Path) -> Iterator[DocRun]:
 
 
 @pytest.mark.netns
+@pytest.mark.timeout(1200)  # a guard against a hang: a long document runs many daemons and clients in turn
 @pytest.mark.parametrize("doc", [d for d in DOCS if any(b.skip is None and b.lang not in db.SHOWN_LANGS
                                                           for b in doc_blocks(d))])
 def test_doc_examples_run(doc: str, run: DocRun) -> None:

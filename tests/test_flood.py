@@ -127,7 +127,7 @@ def mcp_initialize(d: Daemon) -> None:
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "flood", "version": "1"}}}).encode()
     req = urllib.request.Request(d.info["mcp_url"], data=body, method="POST", headers={
         "Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
-    with _OPENER.open(req, timeout=30) as resp:
+    with _OPENER.open(req, timeout=300) as resp:  # a guard against a hang: the first call builds MCP
         assert resp.status == 200 and b'"serverInfo"' in resp.read()
 
 

@@ -59,7 +59,8 @@ def test_a_short_horizon_needs_force_and_says_what_it_would_purge(tmp_path: Path
     assert proc.returncode == 1 and "--force" in proc.stderr
     assert "purges every read message older than 10 seconds" in proc.stderr and "every replica" in proc.stderr
     assert ops_held(home) == before
-    assert "Held here and past it now: 0 message(s)" in ok("retention", "set", "10s", "--force", home=home)
+    # 12 hours: as forced as 10 s, and the message just sent is not past it however slow this machine is
+    assert "Held here and past it now: 0 message(s)" in ok("retention", "set", "12h", "--force", home=home)
 
 
 def test_bad_durations_and_missing_homes_get_their_exit_codes(tmp_path: Path) -> None:
