@@ -41,6 +41,7 @@ class SentOut(Camel):
     from_instance_id: str | None
     channel: str
     instance_id: str | None
+    from_node: NodeOut | None = Field(None, description="The machine that sent it (this node).")
     recipients: list[str] = Field(description="Roles the message is addressed to ('broadcast' for everyone).")
     created_at: int = Field(description="Unix ms.")
     session_day: int
@@ -53,7 +54,6 @@ class SentOut(Camel):
         None, description="When some recipients are unknown: roles this node knows, closest spellings first.")
     warning: str | None = Field(None, description="A sentence when some recipients are unknown (also the "
                                 "result's second text).")
-    from_node: NodeOut | None = Field(None, description="The machine that sent it (this node).")
 
 
 class InboxItem(Camel):
@@ -62,15 +62,15 @@ class InboxItem(Camel):
     from_instance_id: str | None
     channel: str
     instance_id: str | None = Field(description="The instance it was sent to, if only one.")
+    from_node: NodeOut | None = Field(
+        None, description="The machine that sent it: the node that signed the message (a role may be pinned to "
+        "nodes: peerd role pin).")
     receipt_id: str = Field(description="Pass to mark_as_read once handled.")
     content: str
     created_at: int = Field(description="Unix ms.")
     delivered_at: int | None
     read_at: int | None
     seq: int = Field(description="Position in this node's arrival order.")
-    from_node: NodeOut | None = Field(
-        None, description="The machine that sent it: the node that signed the message (a role may be pinned to "
-        "nodes: peerd role pin).")
 
 
 class InboxOut(Camel):
@@ -97,6 +97,7 @@ class MessageOut(Camel):
     from_instance_id: str | None
     channel: str | None
     instance_id: str | None
+    from_node: NodeOut | None = Field(None, description="The machine that sent it (the node that signed it).")
     thread_id: str | None
     content: str | None = Field(description="Null once the message is retracted.")
     created_at: int = Field(description="Unix ms.")
@@ -105,7 +106,6 @@ class MessageOut(Camel):
     seq: int
     retracted: bool
     retracted_at: int | None
-    from_node: NodeOut | None = Field(None, description="The machine that sent it (the node that signed it).")
 
 
 class MessagePageOut(Camel):

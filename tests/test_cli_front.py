@@ -80,7 +80,7 @@ def test_inbox_wait_with_no_daemon_waits_and_wakes_on_a_write(tmp_path: Path) ->
             waiting.wait()
 
 
-MESSAGE_KEYS = {"messageId", "from", "fromInstanceId", "channel", "instanceId", "receiptId", "content", "createdAt",
+MESSAGE_KEYS = {"messageId", "from", "fromInstanceId", "channel", "instanceId", "fromNode", "receiptId", "content", "createdAt",
                 "deliveredAt", "readAt", "seq"}
 RECIPIENT_KEYS = {"role", "instanceId", "receiptId", "state", "deliveredAt", "readAt"}
 

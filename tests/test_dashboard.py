@@ -100,7 +100,7 @@ def test_dashboard_shows_fleet_streams_receipts_and_searches(trio: tuple[Daemon,
     item.wait_for()
     assert "ship the flamingo release tonight" in item.inner_text() and "planner" in item.inner_text()
     assert item.locator(".node").get_attribute("data-node") == a.node_id  # the machine that sent it
-    page.locator(f'#stream li[data-id="{sent["id"]}"] .node', has_text="from a").wait_for()
+    page.locator(f'#stream li[data-id="{sent["messageId"]}"] .node', has_text="from a").wait_for()
     assert item.locator('.chip[data-role="coder"]').get_attribute("data-state") == "pending"
     receipt = wait_until(lambda: b.check("coder")["messages"], SPREAD, "the message in coder's inbox on b")
     page.locator(f'#stream li[data-id="{sent["messageId"]}"] .chip[data-role="coder"][data-state="delivered"]').wait_for()
