@@ -7,7 +7,7 @@ identity, the write path): ``messaging`` (send, inbox, receipts, the log),
 ``sync`` (vectors, pages of ops, apply, state checks), ``snapshot`` and
 ``vouching`` (serving and taking snapshots, checking afterwards what they let
 through), ``fleet`` (membership: admitting, removing, rotating the fleet key), and ``horizon``
-(retention: the fleet's horizon, purging what is past it). The
+(retention: the fleet's horizon, purging what is past it), ``leasing`` (leases on paths). The
 argument checks they share are pure functions in ``checks``.
 
 Invariants (of every method, whichever area holds it):
@@ -30,6 +30,7 @@ from replica.checks import DEFAULT_LIMIT, MAX_LIMIT, check_count, check_name
 from replica.core import Listener, now_ms
 from replica.horizon import Retention
 from replica.ids import agent_id_for
+from replica.leasing import Leasing
 from replica.messaging import Messaging
 from replica.pending import PendingMail
 from replica.search import Search
@@ -38,7 +39,7 @@ from replica.threads import Threads
 from replica.vouching import Vouching
 
 
-class Replica(Messaging, PendingMail, Search, Threads, Vouching, Retention):
+class Replica(Messaging, PendingMail, Search, Threads, Vouching, Retention, Leasing):
     """One replica: a SQLite file (or ``:memory:``) plus this node's identity."""
 
     @classmethod

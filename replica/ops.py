@@ -14,8 +14,10 @@ in [0, 2^63 - 1], wall-clock times in [0, 2^47 - 1], so nothing a peer signs can
 overflow the store or the calendar. ``decode`` is pure: bytes in, ``Op`` or
 ``InvalidOp`` out; ``peek`` reads only what ``decode`` would accept as an identity.
 
-Kinds: ``msg`` (a message), ``set`` (last-writer-wins register writes) and
-``rtr`` (a retraction of a message by its sender role). A message body gains
+Kinds: ``msg`` (a message), ``set`` (last-writer-wins register writes),
+``rtr`` (a retraction of a message by its sender role), the membership and retention kinds, and
+the ``lease.*`` kinds (``replica.leases``; op level 3: 0.2.0 holds them, the first release is never
+sent them). A message body gains
 ``sd`` (session day) and ``tn`` (tenant) only when the sender gave them, so a
 plain message keeps the original six keys.
 
@@ -41,12 +43,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from replica import identity, membership, retention
+from replica import identity, leases, membership, retention
 from replica.codec import pack, unpack
 from replica.errors import InvalidOp, Undecodable
 
 VERSION = 1  # the op format (header layout); new features are new kinds or fields, never a new format
-OP_LEVEL = 2  # what this release understands: 1 = the first release's kinds and fields
+OP_LEVEL = 3  # what this release understands: 1 = the first release's, 2 = 0.2.0's (no leases)
 MAX_KIND_CHARS = 32  # an op kind this release does not know is still stored when its name is sane
 MAX_CONTENT_BYTES = 900_000  # VantagePeers' limit: 900,000 bytes of UTF-8
 MAX_OP_BYTES = 1024 * 1024  # a message of MAX_CONTENT_BYTES plus its header, names and signature
@@ -353,6 +355,7 @@ _CHECKS: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     KIND_MSG: _check_msg, KIND_SET: _check_set, KIND_RETRACT: _check_retract,
     **{kind: _exact(check, membership.BODY_KEYS[kind]) for kind, check in membership.CHECKS.items()},
     **{kind: _exact(check, retention.BODY_KEYS[kind]) for kind, check in retention.CHECKS.items()},
+    **{kind: _exact(check, leases.BODY_KEYS[kind]) for kind, check in leases.CHECKS.items()},
 }
 
 KNOWN_KINDS = frozenset(_CHECKS)

@@ -174,9 +174,32 @@ SCHEMA_RETENTION = """
 CREATE INDEX ops_by_hlc ON ops(hlc);
 """
 
+# v9: leases (``replica.leases``, ``replica.leasestore``): each take op's lease with its span and
+# who it is lost to (``lost_to``, recomputed on every lease op), the renew/release/force ops by lease
+# (kept whether or not their lease is here yet), and when this replica first saw each lease lost
+# (``lseq`` of the op that made it so: the order sessions are told in). Lease ops a 0.2.0 replica
+# held without understanding them are applied on upgrade (``migrate.upgrade_held``).
+SCHEMA_LEASES = """
+CREATE TABLE leases(
+    id TEXT PRIMARY KEY, pkey TEXT NOT NULL, project TEXT NOT NULL, pattern TEXT NOT NULL,
+    rkey TEXT NOT NULL, role TEXT NOT NULL, inst TEXT, exclusive INTEGER NOT NULL, reason TEXT NOT NULL,
+    hlc INTEGER NOT NULL, origin BLOB NOT NULL, seq INTEGER NOT NULL, ttl INTEGER NOT NULL,
+    start INTEGER NOT NULL, until INTEGER NOT NULL, ended_kind TEXT, ended_by TEXT, ended_why TEXT,
+    lost_to TEXT
+) WITHOUT ROWID;
+CREATE INDEX leases_by_project ON leases(pkey, until);
+CREATE TABLE lease_changes(
+    lease TEXT NOT NULL, kind TEXT NOT NULL, rkey TEXT NOT NULL, role TEXT NOT NULL,
+    hlc INTEGER NOT NULL, origin BLOB NOT NULL, seq INTEGER NOT NULL, ttl INTEGER NOT NULL, why TEXT,
+    PRIMARY KEY(lease, hlc, origin, seq)
+) WITHOUT ROWID;
+CREATE TABLE lease_losses(lease TEXT PRIMARY KEY, winner TEXT NOT NULL, lseq INTEGER NOT NULL) WITHOUT ROWID;
+CREATE INDEX lease_losses_by_lseq ON lease_losses(lseq);
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     SCHEMA_V1, SCHEMA_V2, SCHEMA_THREAD_SEQS, SCHEMA_FIRST_SEEN, SCHEMA_KEYS, SCHEMA_FLEET, SCHEMA_NEWER_OPS,
-    SCHEMA_RETENTION,
+    SCHEMA_RETENTION, SCHEMA_LEASES,
 )
 LATEST = len(MIGRATIONS)
 KEYED = 5  # the version from which rows carry name keys (older files are rebuilt on upgrade)
