@@ -42,6 +42,7 @@ from mcp_server.calls import (
     role_of,
     wait_for_data,
 )
+from mcp_server.leasetools import LEASE_TOOLS
 from mcp_server.threadtools import (
     agent_names,
     append,
@@ -321,4 +322,5 @@ TOOLS: tuple[ToolSpec[Any, Any], ...] = (
              s.ThreadAgentArgs, s.HasUnreadOut, has_unread, _READ),
     ToolSpec("mark_read", "Mark an agent's thread messages up to seq as read.",
              s.MarkReadArgs, s.MarkReadOut, mark_read, _SET),
+    *LEASE_TOOLS,
 )

@@ -28,7 +28,8 @@ TOOL_NAMES = {
     "message_status", "whoami", "create_agent", "delete_account", "create_thread", "join_thread",
     "leave_thread", "thread_info", "thread_status", "append", "poll", "has_unread", "mark_read", "search_messages",
     "delete_message", "get_message", "list_messages", "list_broadcast_status", "search_messages_by_keyword",
-    "set_summary",
+    "set_summary", "file_reservation_paths", "renew_file_reservations", "release_file_reservations",
+    "force_release_file_reservation", "list_file_reservations",
 }
 
 
