@@ -1,0 +1,82 @@
+"""Leases between real daemons: a grant seen on the other daemon, and a split where both sides take
+the same exclusive lease (one daemon stopped, its agent writing offline through `peerd mcp`), then
+the daemons meet: one winner on both replicas, the loser listed as lost, both holders told by a
+channel event in their sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from mcp import Client, StdioServerParameters
+
+from tests.channels import Event, Pushes, data, pushed_client
+from tests.daemons import PEERD, Daemon, Fleet, patience, wait_until
+
+pytest_plugins = ["tests.daemons"]
+
+
+def stdio(home: Path, role: str) -> StdioServerParameters:
+    return StdioServerParameters(command=str(PEERD), args=["mcp", "--home", str(home), "--role", role])
+
+
+def live_with(a: Daemon, b: Daemon) -> None:
+    wait_until(lambda: (a.peer(b) or {}).get("reachable") and (b.peer(a) or {}).get("reachable"), 60,
+               "the two daemons to see each other")
+
+
+async def tool(client: Client, name: str, **args: Any) -> dict[str, Any]:
+    return data(await client.call_tool(name, args))
+
+
+async def lease_event(pushes: Pushes) -> Event:
+    """The next lease event of a session (mail events before it are passed over)."""
+    while True:
+        event = await pushes.next_event(60)
+        if event.meta.get("kind") == "lease_conflict":
+            return event
+
+
+async def test_a_split_take_is_settled_alike_on_both_daemons_and_both_holders_are_told(fleet: Fleet) -> None:
+    a, b = fleet.add("a"), fleet.add("b")
+    fleet.mesh()
+    await asyncio.to_thread(fleet.start)
+    await asyncio.to_thread(live_with, a, b)
+    async with pushed_client(stdio(a.home, "alice")) as (alice, alice_pushes), \
+            pushed_client(stdio(b.home, "bob")) as (bob, bob_pushes):
+        seen = await tool(alice, "file_reservation_paths", project_key="repo", paths=["docs/"], reason="warm-up")
+        warm = seen["granted"][0]["id"]
+
+        async def on_b() -> bool:
+            listed = await tool(bob, "list_file_reservations", project_key="repo")
+            return warm in {x["id"] for x in listed["file_reservations"]}
+
+        deadline = time.monotonic() + patience(60)
+        while not await on_b():  # the grant reaches the other daemon (pushed on write)
+            assert time.monotonic() < deadline, "the grant never reached the other daemon"
+            await asyncio.sleep(0.05)
+
+        await asyncio.to_thread(b.stop)  # apart: b's agent keeps working offline on b's replica
+        first = await tool(alice, "file_reservation_paths", project_key="repo", paths=["src/"],
+                           reason="refactor", ttl_seconds=3600)
+        second = await tool(bob, "file_reservation_paths", project_key="repo", paths=["src/api.py"],
+                            reason="bugfix", ttl_seconds=3600)
+        (won,), (lost,) = first["granted"], second["granted"]  # each side granted its own: neither saw the other
+
+        await asyncio.to_thread(b.start)  # they meet again
+        told_alice, told_bob = await lease_event(alice_pushes), await lease_event(bob_pushes)
+        assert (told_alice.meta["outcome"], told_alice.meta["lease_id"], told_alice.meta["winner_id"]) == \
+            ("won", lost["id"], won["id"])
+        assert (told_bob.meta["outcome"], told_bob.meta["lease_id"], told_bob.meta["winner"]) == \
+            ("lost", lost["id"], "alice")
+        assert "LOST" in told_bob.content and "refactor" in told_bob.content
+        for client in (alice, bob):
+            listed = await tool(client, "list_file_reservations", project_key="repo")
+            (conflict,) = listed["conflicts"]
+            assert (conflict["lost"]["id"], conflict["winner"]["id"]) == (lost["id"], won["id"])
+            status = {x["id"]: x["status"] for x in listed["file_reservations"]}
+            assert (status[won["id"]], status[lost["id"]]) == ("held", "lost")
+        refused = await tool(bob, "file_reservation_paths", project_key="repo", paths=["src/api.py"])
+        assert refused["granted"] == [] and refused["conflicts"][0]["holders"][0]["agent"] == "alice"
