@@ -218,3 +218,38 @@ LEASE_TOOLS: tuple[ToolSpec[Any, Any], ...] = (
              "conflicts settled between them.", ListReservationsArgs, ListReservationsOut,
              list_file_reservations, _READ),
 )
+
+
+class GuardArgs(Args):
+    project_key: str = Field(description=_PROJECT)
+    code_repo_path: str = Field(description="The git repository (its top folder) whose commits to guard.")
+    format: str | None = Field(None, description=_UNUSED)
+
+
+class GuardOut(Snake):
+    hook: str = Field(description="The pre-commit hook written.")
+
+
+def _install(r: Replica, a: GuardArgs) -> GuardOut:
+    from pathlib import Path  # noqa: PLC0415
+
+    from replica import InvalidArgument, guard  # noqa: PLC0415
+    from replica.leasing import project_name  # noqa: PLC0415
+
+    db = Path(r.path)
+    if db.name != "replica.db":
+        raise InvalidArgument("this server's replica is no home's (a file or memory): run peerd guard install")
+    try:
+        return GuardOut(hook=str(guard.install(Path(a.code_repo_path).expanduser(), project_name(a.project_key),
+                                               str(db.parent))))
+    except guard.GuardError as exc:
+        raise InvalidArgument(str(exc)) from None
+
+
+async def install_precommit_guard(call: Call, a: GuardArgs) -> GuardOut:
+    return await call.run(_install, a)
+
+
+LEASE_TOOLS = (*LEASE_TOOLS, ToolSpec(
+    "install_precommit_guard", "Install a git pre-commit hook that refuses commits touching paths another role "
+    "holds exclusively (set PEERD_ROLE to your role).", GuardArgs, GuardOut, install_precommit_guard, _SET))

@@ -31,6 +31,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel
 
 from mcp_server import schemas as s
+from mcp_server.acktools import ACK_TOOLS
 from mcp_server.calls import (
     Call,
     Env,
@@ -90,6 +91,8 @@ def _send_checked(r: Replica, sender: str, a: s.SendMessageArgs,
     check = r.recipient_check(a.channel)
     sent = r.send_message(sender, a.channel, a.content, a.instance_id, from_inst, session_day=a.session_day,
                           tenant_id=a.tenant_id)
+    if a.ack_required:  # an op of its own after the message (``replica.acks``)
+        r.require_ack(sent.id)
     return check, sent, r.get_message(sent.id)
 
 
@@ -131,7 +134,7 @@ def _status(r: Replica, mid: str) -> s.StatusOut:
     m = r.get_message(mid)
     recipients = [
         s.RecipientOut(role=x.role, instance_id=x.instance, receipt_id=x.receipt_id, state=x.state,
-                       delivered_at=ms(x.delivered_at), read_at=ms(x.read_at))
+                       delivered_at=ms(x.delivered_at), read_at=ms(x.read_at), acknowledged_at=ms(x.acked_at))
         for x in r.message_status(mid)
     ]
     return s.StatusOut(message_id=m.id, retracted=m.retracted is not None, retracted_at=ms(m.retracted),
@@ -146,7 +149,8 @@ def _broadcast_status(r: Replica, mid: str, limit: int) -> s.BroadcastStatusOut:
     m = r.get_message(mid)
     receipts = [
         s.BroadcastReceiptOut(recipient=x.role, recipient_instance_id=x.instance, read=x.read_at is not None,
-                              read_at=ms(x.read_at), delivered_at=ms(x.delivered_at), receipt_id=x.receipt_id)
+                              read_at=ms(x.read_at), delivered_at=ms(x.delivered_at), receipt_id=x.receipt_id,
+                              acknowledged_at=ms(x.acked_at))
         for x in r.message_status(mid)
     ]
     return s.BroadcastStatusOut(message_id=m.id, sender=m.sender, channel=m.channel, created_at=ms_of_iso(m.created),
@@ -323,4 +327,5 @@ TOOLS: tuple[ToolSpec[Any, Any], ...] = (
     ToolSpec("mark_read", "Mark an agent's thread messages up to seq as read.",
              s.MarkReadArgs, s.MarkReadOut, mark_read, _SET),
     *LEASE_TOOLS,
+    *ACK_TOOLS,
 )

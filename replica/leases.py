@@ -90,7 +90,7 @@ def normal_pattern(text: str) -> str:
         raise ValueError(f"{text!r} leaves the project ('..'): give it from the project's top folder")
     if not parts:
         raise ValueError(f"{text!r} names no path inside the project")
-    return "/".join(parts) + ("/" if raw.endswith("/") and len(parts) else "")
+    return "/".join(parts) + ("/" if raw.endswith("/") and parts else "")
 
 
 def _folder(pattern: str) -> str:

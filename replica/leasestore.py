@@ -115,7 +115,8 @@ def listed(cur: sqlite3.Cursor, pkey: str | None, rkey: str | None, now_ms: int,
            limit: int) -> list[dict[str, Any]]:
     """Leases of a project (or every project) and role (or every role), newest first: the live and
     the lost ones, and with ``ended`` also the released, forced and expired ones."""
-    where, args = ["1"], []
+    where: list[str] = ["1"]
+    args: list[Any] = []
     if pkey is not None:
         where.append("pkey = ?")
         args.append(pkey)

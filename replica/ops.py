@@ -296,7 +296,8 @@ def _prof_field(field: str) -> Callable[[object], bool] | None:
 # LWW tables: table -> (key arities, {field: value predicate} or a field -> predicate lookup).
 # A profile's key is [role] or [role, instance].
 LWW_SCHEMA: dict[str, tuple[tuple[int, ...], Callable[[str], Callable[[object], bool] | None]]] = {
-    "rcpt": ((3,), {"d": _wall_ms, "r": _wall_ms}.get),
+    "rcpt": ((3,), {"d": _wall_ms, "r": _wall_ms, "a": _wall_ms}.get),  # a: acknowledged (0.3)
+    "ack": ((1,), {"req": lambda v: isinstance(v, bool)}.get),  # a message asks for acknowledgements (0.3)
     "prof": ((1, 2), _prof_field),
     "agent": ((1,), {"name": lambda v: isinstance(v, str), "alive": lambda v: isinstance(v, bool)}.get),
     "member": ((2,), {"in": lambda v: isinstance(v, bool)}.get),

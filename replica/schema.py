@@ -197,9 +197,14 @@ CREATE TABLE lease_losses(lease TEXT PRIMARY KEY, winner TEXT NOT NULL, lseq INT
 CREATE INDEX lease_losses_by_lseq ON lease_losses(lseq);
 """
 
+# v10: acknowledgements (``replica.acks``): a receipt's acked-at time, the projection of its ``a`` field.
+SCHEMA_ACKS = """
+ALTER TABLE receipts ADD COLUMN acked INTEGER;
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     SCHEMA_V1, SCHEMA_V2, SCHEMA_THREAD_SEQS, SCHEMA_FIRST_SEEN, SCHEMA_KEYS, SCHEMA_FLEET, SCHEMA_NEWER_OPS,
-    SCHEMA_RETENTION, SCHEMA_LEASES,
+    SCHEMA_RETENTION, SCHEMA_LEASES, SCHEMA_ACKS,
 )
 LATEST = len(MIGRATIONS)
 KEYED = 5  # the version from which rows carry name keys (older files are rebuilt on upgrade)

@@ -3,6 +3,7 @@ arguments and result shapes of mcp_agent_mail's, and what peerd adds (lost lease
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -134,3 +135,22 @@ async def test_bad_arguments_are_refused(homes: tuple[Replica, Replica], args: d
         failed, text = await call(c, "file_reservation_paths", project_key="p", **args)
     assert failed and error in json.dumps(text)
     assert homes[0].vector() == {}
+
+
+async def test_install_precommit_guard_writes_the_hook_for_this_home(homes: tuple[Replica, Replica],
+                                                                     tmp_path: Path) -> None:
+    import subprocess  # noqa: PLC0415
+
+    from replica import guard  # noqa: PLC0415
+
+    repo = tmp_path / "repo"
+    await asyncio.to_thread(subprocess.run, ["git", "init", "-q", str(repo)], check=True)
+    async with connect(homes[0], "alice") as c:
+        out = await ok(c, "install_precommit_guard", project_key="backend", code_repo_path=str(repo))
+        hook = Path(out["hook"])
+        text = await asyncio.to_thread(hook.read_text)
+        assert hook == repo / ".git" / "hooks" / "pre-commit" and guard.HOOK_MARK in text
+        assert f"--home {Path(homes[0].path).parent}" in text
+        error, text = await call(c, "install_precommit_guard", project_key="backend",
+                                 code_repo_path=str(tmp_path / "not-a-repo"))
+        assert error and "git" in text

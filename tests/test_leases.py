@@ -13,9 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replica import InvalidArgument, InvalidOp, NotFound, Replica, identity
+from replica import InvalidArgument, InvalidOp, NotFound, Replica, identity, migrate, project
 from replica import leases as rules
-from replica import migrate, project
 from replica import ops as opsmod
 from replica.ops import encode
 from tests.conftest import pull, sync_all
@@ -36,8 +35,9 @@ class Writer:
         self.seq += 1
         return encode(self.ident.public_key, self.seq, (at_ms << 16) | self.seq, kind, body, sign=self.ident.sign)
 
-    def take(self, at_ms: int, role: str, pattern: str, *, x: bool = True, ttl: int = 10 * MINUTE) -> tuple[bytes, str]:
-        raw = self.op(rules.KIND_TAKE, {"p": "proj", "g": pattern, "r": role, "i": None, "x": x, "ttl": ttl,
+    def take(self, at_ms: int, role: str, pattern: str, *, x: bool = True, ttl: int = 10 * MINUTE,
+             project: str = "proj") -> tuple[bytes, str]:
+        raw = self.op(rules.KIND_TAKE, {"p": project, "g": pattern, "r": role, "i": None, "x": x, "ttl": ttl,
                                         "why": ""}, at_ms)
         return raw, rules.lease_id(self.ident.public_key, self.seq)
 

@@ -80,3 +80,30 @@ async def test_a_split_take_is_settled_alike_on_both_daemons_and_both_holders_ar
             assert (status[won["id"]], status[lost["id"]]) == ("held", "lost")
         refused = await tool(bob, "file_reservation_paths", project_key="repo", paths=["src/api.py"])
         assert refused["granted"] == [] and refused["conflicts"][0]["holders"][0]["agent"] == "alice"
+
+
+async def test_an_acknowledgement_travels_back_and_the_overdue_view_names_who_is_left(fleet: Fleet) -> None:
+    a, b = fleet.add("a"), fleet.add("b")
+    fleet.mesh()
+    await asyncio.to_thread(fleet.start)
+    await asyncio.to_thread(live_with, a, b)
+    async with pushed_client(stdio(a.home, "alice")) as (alice, _), \
+            pushed_client(stdio(b.home, "bob")) as (bob, bob_pushes):
+        sent = await tool(alice, "send_message", channel="bob,carol", content="merge freeze at 17:00",
+                          ack_required=True)
+        mid = sent["messageId"]
+        while (await bob_pushes.next_event(60)).meta.get("message_id") != mid:
+            pass
+        acked = await tool(bob, "acknowledge_message", messageId=mid)
+        assert acked["acknowledged"] and acked["acknowledged_at"] and acked["read_at"]
+
+        def acknowledged_on_a() -> bool:
+            return any(r["acked_at"] for r in a.message_status(mid) if r["role"] == "bob")
+
+        await asyncio.to_thread(wait_until, acknowledged_on_a, 60, "bob's acknowledgement to reach a")
+        status = await tool(alice, "list_broadcast_status", messageId=mid)
+        acks = {r["recipient"]: r["acknowledgedAt"] is not None for r in status["receipts"]}
+        assert acks == {"bob": True, "carol": False}
+        overdue = await tool(alice, "overdue_acks", ttl_seconds=0)
+        assert [(m["message_id"], [w["role"] for w in m["waiting_for"]]) for m in overdue["messages"]] == \
+            [(mid, ["carol"])]

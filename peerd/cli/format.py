@@ -235,8 +235,9 @@ def format_message_status(d: dict[str, Any]) -> str:
     delivered = sum(1 for r in rows if r["state"] == "delivered")
     head = (f"message {d['message_id']}: {read} of {plural(len(rows), 'recipient')} read, {delivered} delivered"
             f" and not read, {len(rows) - read - delivered} pending")
-    return head + "\n" + table([(r["role"], r["instance"], r["state"], r["delivered_at"], r["read_at"]) for r in rows],
-                               ["ROLE", "INSTANCE", "STATE", "DELIVERED", "READ"])
+    return head + "\n" + table([(r["role"], r["instance"], r["state"], r["delivered_at"], r["read_at"],
+                                 r.get("acked_at")) for r in rows], ["ROLE", "INSTANCE", "STATE", "DELIVERED", "READ",
+                                                                     "ACKNOWLEDGED"])
 
 
 def format_orientation(info: dict[str, Any], *, flag: str, new_fleet: bool) -> str:
