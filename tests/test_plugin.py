@@ -7,6 +7,7 @@ installs it); without it the validation tests fail, saying so."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -78,8 +79,9 @@ def test_claude_code_validates_the_plugin_and_the_marketplace(tmp_path: Path) ->
 
 
 async def test_the_plugins_server_binds_the_role_from_the_environment(tmp_path: Path) -> None:
-    subprocess.run([str(PEERD), "init", "--home", str(tmp_path / "home")], check=True, capture_output=True)
-    (server,) = load(PLUGIN / ".mcp.json")["mcpServers"].values()
+    await asyncio.to_thread(subprocess.run, [str(PEERD), "init", "--home", str(tmp_path / "home")], check=True,
+                            capture_output=True)
+    (server,) = await asyncio.to_thread(lambda: list(load(PLUGIN / ".mcp.json")["mcpServers"].values()))
     params = StdioServerParameters(command=server["command"], args=server["args"],
                                    env=env_for(tmp_path, PEERD_ROLE="reviewer", PEERD_INSTANCE="laptop"))
     async with Client(params) as client:
