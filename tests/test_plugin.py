@@ -101,3 +101,21 @@ def test_the_plugins_hooks_show_mail_and_stay_quiet_without_a_role(tmp_path: Pat
     quiet = subprocess.run(["sh", "-c", hook], input=stdin, capture_output=True, text=True, timeout=60,
                            env=env_for(tmp_path), check=False)
     assert (quiet.returncode, quiet.stdout) == (0, "")
+
+
+def test_the_codex_configuration_has_the_server_and_both_hooks_for_one_role() -> None:
+    import tomllib  # noqa: PLC0415
+
+    from tests import docblocks  # noqa: PLC0415
+
+    doc = (REPO / "docs" / "mcp.md").read_text()
+    section = doc.split("### Codex: MCP server and hooks in one file", 1)[1]
+    block = next(b for b in docblocks.blocks("docs/mcp.md", section) if b.lang == "toml")
+    config = tomllib.loads(block.body)
+    args = config["mcp_servers"]["peerd"]["args"]
+    assert config["mcp_servers"]["peerd"]["command"] == "peerd" and args[0] == "mcp" and "--no-push" in args
+    role = args[args.index("--role") + 1]
+    for event in ("SessionStart", "UserPromptSubmit"):
+        (hook,) = config["hooks"][event][0]["hooks"]
+        assert hook["type"] == "command" and hook["command"].startswith("peerd hook ")
+        assert f"--role {role}" in hook["command"]
