@@ -107,6 +107,13 @@ def overlaps(a: str, b: str) -> bool:
         fnmatch.fnmatchcase(fb, fa + "/*") or fnmatch.fnmatchcase(fa, fb + "/*")
 
 
+def literal_prefix(pattern: str) -> str:
+    """A pattern's text before its first glob character: ``overlaps(a, b)`` implies that ``b``
+    starts with ``literal_prefix(a)`` or ``a`` with ``literal_prefix(b)`` (a filter for the store)."""
+    cut = min((i for i in (pattern.find(c) for c in "*?[") if i >= 0), default=len(pattern))
+    return _folder(pattern[:cut]) if cut == len(pattern) else pattern[:cut]
+
+
 def covers(pattern: str, path: str) -> bool:
     """Whether a lease's pattern covers the file ``path`` (both relative to the project)."""
     p = _folder(pattern)

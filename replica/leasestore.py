@@ -31,10 +31,11 @@ def project(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
     b = op.body
     if op.kind == rules.KIND_TAKE:
         lid = rules.lease_id(op.origin, op.seq)
-        cur.execute(f"INSERT OR IGNORE INTO leases({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-                    " NULL, NULL, NULL, NULL)",
+        cur.execute(f"INSERT OR IGNORE INTO leases({_COLUMNS}, prefix) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+                    " ?, ?, NULL, NULL, NULL, NULL, ?)",
                     (lid, name_key(b["p"]), b["p"], b["g"], name_key(b["r"]), b["r"], b["i"], b["x"], b["why"],
-                     op.hlc, op.origin, op.seq, b["ttl"], op.hlc >> 16, (op.hlc >> 16) + b["ttl"]))
+                     op.hlc, op.origin, op.seq, b["ttl"], op.hlc >> 16, (op.hlc >> 16) + b["ttl"],
+                     rules.literal_prefix(b["g"])))
     else:
         lid = b["l"]
         cur.execute("INSERT OR IGNORE INTO lease_changes(lease, kind, rkey, role, hlc, origin, seq, ttl, why)"
@@ -43,7 +44,9 @@ def project(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
     row = cur.execute("SELECT pkey, hlc, origin, seq FROM leases WHERE id = ?", (lid,)).fetchone()
     if row is not None:
         _respan(cur, lid)
-        _settle(cur, lseq, row[0], (int(row[1]), bytes(row[2]), int(row[3])))
+        pivot = (int(row[1]), bytes(row[2]), int(row[3]))
+        if not (op.kind == rules.KIND_TAKE and _newest(cur, row[0], pivot) and _settle_newest(cur, lseq, lid)):
+            _settle(cur, lseq, row[0], pivot)
 
 
 def _take(row: Sequence[Any]) -> rules.Take:
@@ -71,6 +74,37 @@ def _respan(cur: sqlite3.Cursor, lid: str) -> None:
 def _span_of(row: Sequence[Any]) -> rules.Span:
     ended = None if row[15] is None else rules.Change(row[0], row[15], name_key(row[16] or ""), (0, b"", 0))
     return rules.Span(_take(row), int(row[13]), int(row[14]), ended)
+
+
+def _newest(cur: sqlite3.Cursor, pkey: str, pivot: rules.Stamp) -> bool:
+    """Whether no lease of the project is stamped after ``pivot`` (then nothing but its own outcome moves)."""
+    later = cur.execute("SELECT hlc, origin, seq FROM leases WHERE pkey = ? AND hlc >= ?", (pkey, pivot[0])).fetchall()
+    return all((int(h), bytes(o), int(s)) <= pivot for h, o, s in later)
+
+
+# The leases that may beat a new one stamped after all others: live at its start, not lost, of
+# another role, exclusive if it is not, and a pattern that may overlap (``leases.literal_prefix``).
+_MAY_BEAT = (
+    f"SELECT {_COLUMNS} FROM leases WHERE pkey = ?1 AND until > ?2 AND start <= ?2 AND lost_to IS NULL"
+    " AND rkey != ?3 AND (exclusive = 1 OR ?4 = 1) AND id != ?5"
+    " AND (substr(?6, 1, length(prefix)) = prefix OR substr(pattern, 1, length(?7)) = ?7)"
+    " ORDER BY hlc, origin, seq"
+)
+
+
+def _settle_newest(cur: sqlite3.Cursor, lseq: int, lid: str) -> bool:
+    """Decide a new lease stamped after every other of its project: lost to the earliest lease that
+    holds, is live at its start and clashes (``leases.decide`` for that case). True once done."""
+    row = cur.execute(f"SELECT {_COLUMNS} FROM leases WHERE id = ?", (lid,)).fetchone()
+    me = _span_of(row)
+    for r in cur.execute(_MAY_BEAT, (row[1], me.start, row[4], row[7], lid, row[3],
+                                     rules.literal_prefix(row[3]))).fetchall():
+        if rules.clash(_take(r), me.take):
+            cur.execute("UPDATE leases SET lost_to = ? WHERE id = ?", (r[0], lid))
+            cur.execute("INSERT INTO lease_losses(lease, winner, lseq) VALUES (?, ?, ?) ON CONFLICT(lease)"
+                        " DO UPDATE SET winner = excluded.winner, lseq = excluded.lseq", (lid, r[0], lseq))
+            break
+    return True
 
 
 def _settle(cur: sqlite3.Cursor, lseq: int, pkey: str, pivot: rules.Stamp) -> None:

@@ -177,7 +177,8 @@ CREATE INDEX ops_by_hlc ON ops(hlc);
 # v9: leases (``replica.leases``, ``replica.leasestore``): each take op's lease with its span and
 # who it is lost to (``lost_to``, recomputed on every lease op), the renew/release/force ops by lease
 # (kept whether or not their lease is here yet), and when this replica first saw each lease lost
-# (``lseq`` of the op that made it so: the order sessions are told in). Lease ops a 0.2.0 replica
+# (``lseq`` of the op that made it so: the order sessions are told in). ``prefix`` is a pattern's
+# text before its first glob character: two patterns overlap only if one starts with the other's. Lease ops a 0.2.0 replica
 # held without understanding them are applied on upgrade (``migrate.upgrade_held``).
 SCHEMA_LEASES = """
 CREATE TABLE leases(
@@ -185,9 +186,10 @@ CREATE TABLE leases(
     rkey TEXT NOT NULL, role TEXT NOT NULL, inst TEXT, exclusive INTEGER NOT NULL, reason TEXT NOT NULL,
     hlc INTEGER NOT NULL, origin BLOB NOT NULL, seq INTEGER NOT NULL, ttl INTEGER NOT NULL,
     start INTEGER NOT NULL, until INTEGER NOT NULL, ended_kind TEXT, ended_by TEXT, ended_why TEXT,
-    lost_to TEXT
+    lost_to TEXT, prefix TEXT NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX leases_by_project ON leases(pkey, until);
+CREATE INDEX leases_by_stamp ON leases(pkey, hlc);
 CREATE TABLE lease_changes(
     lease TEXT NOT NULL, kind TEXT NOT NULL, rkey TEXT NOT NULL, role TEXT NOT NULL,
     hlc INTEGER NOT NULL, origin BLOB NOT NULL, seq INTEGER NOT NULL, ttl INTEGER NOT NULL, why TEXT,
