@@ -56,20 +56,21 @@ def blocking(db: Path, project: str, paths: list[str], role: str | None, now_ms:
         cur = conn.cursor()
         if schema_version(cur) < LEASES_SCHEMA:
             return []
-        rows = cur.execute("SELECT id, rkey, role, pattern, reason, until FROM leases WHERE pkey = ? AND until > ?"
-                           " AND lost_to IS NULL AND exclusive = 1", (name_key(project), now_ms)).fetchall()
+        me = None if role is None else name_key(role)
+        out = []
+        for path in paths:
+            heads = rules.prefixes(path)  # a lease covers a path only if the path starts with its prefix
+            marks = ", ".join("?" * len(heads))
+            rows = cur.execute("SELECT id, rkey, role, pattern, reason, until FROM leases WHERE pkey = ?"
+                               f" AND prefix IN ({marks}) AND until > ? AND lost_to IS NULL AND exclusive = 1"
+                               " ORDER BY hlc, origin, seq", (name_key(project), *heads, now_ms)).fetchall()
+            hit = next((r for r in rows if r[1] != me and rules.covers(r[3], path)), None)
+            if hit is not None:
+                out.append(Block(path, hit[0], hit[2], hit[3], hit[4], to_iso(pack(int(hit[5])))))
     except sqlite3.Error as exc:
         raise GuardError(f"cannot read the replica {db}: {exc}") from None
     finally:
         conn.close()
-    me = None if role is None else name_key(role)
-    mine = [r for r in rows if r[1] != me]
-    out = []
-    for path in paths:
-        for lid, _rkey, holder, pattern, reason, until in mine:
-            if rules.covers(pattern, path):
-                out.append(Block(path, lid, holder, pattern, reason, to_iso(pack(int(until)))))
-                break
     return out
 
 

@@ -114,6 +114,12 @@ def literal_prefix(pattern: str) -> str:
     return _folder(pattern[:cut]) if cut == len(pattern) else pattern[:cut]
 
 
+def prefixes(text: str) -> list[str]:
+    """Every prefix of ``text``, the empty one included: the ``literal_prefix`` values of the
+    patterns that may overlap ``text`` or cover it as a path."""
+    return [text[:i] for i in range(len(text) + 1)]
+
+
 def covers(pattern: str, path: str) -> bool:
     """Whether a lease's pattern covers the file ``path`` (both relative to the project)."""
     p = _folder(pattern)

@@ -83,11 +83,14 @@ def _newest(cur: sqlite3.Cursor, pkey: str, pivot: rules.Stamp) -> bool:
 
 
 # The leases that may beat a new one stamped after all others: live at its start, not lost, of
-# another role, exclusive if it is not, and a pattern that may overlap (``leases.literal_prefix``).
+# another role, exclusive if it is not, and a pattern that may overlap: its literal prefix is a
+# prefix of the new pattern, or it starts with the new one's (``leases.literal_prefix``); both are
+# index lookups, so the work does not grow with the project's leases.
 _MAY_BEAT = (
-    f"SELECT {_COLUMNS} FROM leases WHERE pkey = ?1 AND until > ?2 AND start <= ?2 AND lost_to IS NULL"
-    " AND rkey != ?3 AND (exclusive = 1 OR ?4 = 1) AND id != ?5"
-    " AND (substr(?6, 1, length(prefix)) = prefix OR substr(pattern, 1, length(?7)) = ?7)"
+    f"SELECT {_COLUMNS} FROM leases WHERE id IN ("
+    " SELECT id FROM leases WHERE pkey = ?1 AND prefix IN ({prefixes})"
+    " UNION SELECT id FROM leases WHERE pkey = ?1 AND pattern >= ?6 AND pattern < ?6 || char(1114111))"
+    " AND until > ?2 AND start <= ?2 AND lost_to IS NULL AND rkey != ?3 AND (exclusive = 1 OR ?4 = 1) AND id != ?5"
     " ORDER BY hlc, origin, seq"
 )
 
@@ -97,8 +100,10 @@ def _settle_newest(cur: sqlite3.Cursor, lseq: int, lid: str) -> bool:
     holds, is live at its start and clashes (``leases.decide`` for that case). True once done."""
     row = cur.execute(f"SELECT {_COLUMNS} FROM leases WHERE id = ?", (lid,)).fetchone()
     me = _span_of(row)
-    for r in cur.execute(_MAY_BEAT, (row[1], me.start, row[4], row[7], lid, row[3],
-                                     rules.literal_prefix(row[3]))).fetchall():
+    heads = rules.prefixes(row[3])
+    sql = _MAY_BEAT.replace("{prefixes}", ", ".join(f"?{7 + i}" for i in range(len(heads))))
+    for r in cur.execute(sql, (row[1], me.start, row[4], row[7], lid, rules.literal_prefix(row[3]),
+                               *heads)).fetchall():
         if rules.clash(_take(r), me.take):
             cur.execute("UPDATE leases SET lost_to = ? WHERE id = ?", (r[0], lid))
             cur.execute("INSERT INTO lease_losses(lease, winner, lseq) VALUES (?, ?, ?) ON CONFLICT(lease)"

@@ -190,6 +190,8 @@ CREATE TABLE leases(
 ) WITHOUT ROWID;
 CREATE INDEX leases_by_project ON leases(pkey, until);
 CREATE INDEX leases_by_stamp ON leases(pkey, hlc);
+CREATE INDEX leases_by_prefix ON leases(pkey, prefix);
+CREATE INDEX leases_by_pattern ON leases(pkey, pattern);
 CREATE TABLE lease_changes(
     lease TEXT NOT NULL, kind TEXT NOT NULL, rkey TEXT NOT NULL, role TEXT NOT NULL,
     hlc INTEGER NOT NULL, origin BLOB NOT NULL, seq INTEGER NOT NULL, ttl INTEGER NOT NULL, why TEXT,
