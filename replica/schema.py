@@ -178,8 +178,9 @@ CREATE INDEX ops_by_hlc ON ops(hlc);
 # who it is lost to (``lost_to``, recomputed on every lease op), the renew/release/force ops by lease
 # (kept whether or not their lease is here yet), and when this replica first saw each lease lost
 # (``lseq`` of the op that made it so: the order sessions are told in). ``prefix`` is a pattern's
-# text before its first glob character: two patterns overlap only if one starts with the other's. Lease ops a 0.2.0 replica
-# held without understanding them are applied on upgrade (``migrate.upgrade_held``).
+# text before its first glob character: two patterns overlap only if one starts with the other's.
+# Lease ops a 0.2.0 replica held without understanding them are applied on upgrade
+# (``migrate.upgrade_held``).
 SCHEMA_LEASES = """
 CREATE TABLE leases(
     id TEXT PRIMARY KEY, pkey TEXT NOT NULL, project TEXT NOT NULL, pattern TEXT NOT NULL,
