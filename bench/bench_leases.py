@@ -128,7 +128,8 @@ def guard_check(root: Path, runs: int) -> list[Figure]:
     empty = build(root / "empty", "other", LEASES)
     note(f"built two replicas of {LEASES:,} leases in {time.perf_counter() - t0:.1f} s (not counted)")
     rng = random.Random(7)
-    staged = [f"src/pkg{rng.randrange(100)}/mod{rng.randrange(LEASES)}.py" for _ in range(STAGED)]
+    held = [rng.randrange(LEASES) for _ in range(STAGED // 2)]  # half the staged paths are reserved
+    staged = [f"src/pkg{i % 100}/mod{i}.py" for i in held] + [f"src/pkg{k}/new{k}.py" for k in range(STAGED // 2)]
 
     def timed(db: Path) -> list[float]:
         out = []

@@ -3,11 +3,16 @@ receipt, the status and overdue views, bad calls, and what older releases are se
 
 from __future__ import annotations
 
+import json
+import subprocess
+from pathlib import Path
+
 import pytest
 
-from replica import InvalidArgument, NotFound, Replica
+from replica import InvalidArgument, NotFound, Replica, open_home
 from replica import ops as opsmod
 from tests.conftest import sync_all
+from tests.daemons import PEERD
 
 
 def test_an_acknowledgement_syncs_to_the_sender_and_leaves_the_overdue_view() -> None:
@@ -51,3 +56,28 @@ def test_the_message_reaches_first_release_peers_and_the_ack_ops_do_not() -> Non
         a.acknowledge(mid, "bob")
         ops = [opsmod.decode(raw) for _l, raw in a.ops_after(0)]
         assert [(o.kind, o.v1) for o in ops] == [("msg", True), ("set", False), ("set", True), ("set", False)]
+
+
+def test_the_cli_shows_who_acknowledged_and_what_is_overdue(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    subprocess.run([str(PEERD), "init", "--home", str(home)], check=True, capture_output=True)
+    with open_home(home) as r:
+        mid = r.send_message("alice", "bob,carol", "ship it?").id
+        r.require_ack(mid)
+        r.acknowledge(mid, "bob")
+        r.reserve("repo", "alice", ["src/"], reason="release")
+
+    def peerd(*argv: str) -> str:
+        done = subprocess.run([str(PEERD), *argv, "--home", str(home)], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    status = peerd("status", mid)
+    assert "ACKNOWLEDGED" in status
+    (bob,) = [line for line in status.splitlines() if line.startswith("bob")]
+    assert bob.split()[-1].startswith("20")  # an ISO time in the last column
+    overdue = json.loads(peerd("acks", "--older-than", "0s", "--json"))
+    assert [(o["message_id"], [w["role"] for w in o["waiting_for"]]) for o in overdue] == [(mid, ["carol"])]
+    assert "no acknowledgement overdue" in peerd("acks")
+    (lease,) = json.loads(peerd("leases", "--json"))
+    assert (lease["agent"], lease["path_pattern"], lease["status"]) == ("alice", "src/", "held")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -92,13 +93,19 @@ def cmd_leases(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_acks(args: argparse.Namespace) -> int:
-    from replica.retention import parse_horizon  # noqa: PLC0415
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
-    try:
-        wait_s = parse_horizon(args.older_than) // 1000
-    except ValueError as exc:
-        raise CliError(str(exc), EXIT_USAGE) from None
+
+def seconds(text: str) -> int:
+    """Seconds from ``90``, ``45s``, ``30m``, ``2h``, ``1d`` (0 allowed); CliError saying why not."""
+    found = re.fullmatch(r"\s*(\d{1,9})\s*([smhd]?)\s*", text.lower())
+    if found is None:
+        raise CliError(f"not a duration: {text!r} (say 45s, 30m, 2h or 1d)", EXIT_USAGE)
+    return int(found[1]) * _UNITS[found[2]]
+
+
+def cmd_acks(args: argparse.Namespace) -> int:
+    wait_s = seconds(args.older_than)
     with _replica(args) as rep:
         found = rep.overdue_acks(wait_s, sender=args.sender)
     data = [{**o.__dict__, "waiting_for": [w.to_dict() for w in o.waiting_for]} for o in found]
