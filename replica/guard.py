@@ -61,7 +61,8 @@ def blocking(db: Path, project: str, paths: list[str], role: str | None, now_ms:
         for path in paths:
             heads = rules.prefixes(path)  # a lease covers a path only if the path starts with its prefix
             marks = ", ".join("?" * len(heads))
-            rows = cur.execute("SELECT id, rkey, role, pattern, reason, until FROM leases WHERE pkey = ?"
+            rows = cur.execute("SELECT id, rkey, role, pattern, reason, until FROM leases INDEXED BY leases_by_prefix"
+                               " WHERE pkey = ?"
                                f" AND prefix IN ({marks}) AND until > ? AND lost_to IS NULL AND exclusive = 1"
                                " ORDER BY hlc, origin, seq", (name_key(project), *heads, now_ms)).fetchall()
             hit = next((r for r in rows if r[1] != me and rules.covers(r[3], path)), None)

@@ -88,8 +88,9 @@ def _newest(cur: sqlite3.Cursor, pkey: str, pivot: rules.Stamp) -> bool:
 # index lookups, so the work does not grow with the project's leases.
 _MAY_BEAT = (
     f"SELECT {_COLUMNS} FROM leases WHERE id IN ("
-    " SELECT id FROM leases WHERE pkey = ?1 AND prefix IN ({prefixes})"
-    " UNION SELECT id FROM leases WHERE pkey = ?1 AND pattern >= ?6 AND pattern < ?6 || char(1114111))"
+    " SELECT id FROM leases INDEXED BY leases_by_prefix WHERE pkey = ?1 AND prefix IN ({prefixes})"
+    " UNION SELECT id FROM leases INDEXED BY leases_by_pattern"
+    " WHERE pkey = ?1 AND pattern >= ?6 AND pattern < ?6 || char(1114111))"
     " AND until > ?2 AND start <= ?2 AND lost_to IS NULL AND rkey != ?3 AND (exclusive = 1 OR ?4 = 1) AND id != ?5"
     " ORDER BY hlc, origin, seq"
 )
