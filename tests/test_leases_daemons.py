@@ -10,10 +10,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp import Client, StdioServerParameters
 
+from replica import open_home
+
 from tests.channels import Event, Pushes, data, pushed_client
-from tests.daemons import PEERD, Daemon, Fleet, patience, wait_until
+from tests.daemons import PEERD, Daemon, Fleet, patience, read_only, wait_until
+from tests.netns import NetnsLab
+from tests.test_daemon_partition import Partition
 
 pytest_plugins = ["tests.daemons"]
 
@@ -107,3 +112,47 @@ async def test_an_acknowledgement_travels_back_and_the_overdue_view_names_who_is
         overdue = await tool(alice, "overdue_acks", ttl_seconds=0)
         assert [(m["message_id"], [w["role"] for w in m["waiting_for"]]) for m in overdue["messages"]] == \
             [(mid, ["carol"])]
+
+
+@pytest.mark.netns
+def test_a_real_partition_between_namespaces_is_settled_alike_on_both_sides(tmp_path: Path) -> None:
+    """Two daemons in network namespaces joined by a router: a grant reaches the other side in about a
+    second; with the link cut both sides grant the same exclusive path; after the heal both replicas
+    hold the earlier take, list the later one as lost to it, and name it among the losses they tell."""
+    with NetnsLab.create() as lab:
+        part = Partition(lab)
+        fleet = Fleet(tmp_path / "fleet")
+        try:
+            left, right = (fleet.add(name, port=port, host=node.address, exec_prefix=node.exec_prefix(),
+                                     transport=fleet.relay(node.exec_prefix()))
+                           for name, port, node in (("l1", 7861, part.left), ("r1", 7862, part.right)))
+            fleet.mesh()
+            fleet.start()
+            with open_home(left.home) as rep:  # as `peerd mcp` writes: the daemon notices and pushes
+                warm = rep.reserve("repo", "carol", ["docs/"]).granted[0].id
+            began = time.monotonic()
+            wait_until(lambda: lease_on(right, warm), 30, "the grant on the other side")
+            seen_after = time.monotonic() - began
+
+            part.cut()
+            with open_home(left.home) as rep:
+                won = rep.reserve("repo", "alice", ["src/"], reason="refactor").granted[0].id
+            with open_home(right.home) as rep:
+                lost = rep.reserve("repo", "bob", ["src/api.py"], reason="bugfix").granted[0].id
+            assert not lease_on(right, won) and not lease_on(left, lost)
+
+            part.heal()
+            for d in (left, right):
+                wait_until(lambda d=d: lease_on(d, won) and lease_on(d, lost), 60, f"both takes on {d.name}")
+                with open_home(d.home) as rep:
+                    assert (rep.lease(won).status, rep.lease(lost).status, rep.lease(lost).lost_to) == \
+                        ("held", "lost", won)
+                    assert [(x.lost.id, x.winner and x.winner.id) for x in rep.lease_losses()] == [(lost, won)]
+        finally:
+            fleet.close()
+    assert seen_after < patience(5), f"a grant took {seen_after:.1f} s to reach the other side"
+
+
+def lease_on(d: Daemon, lid: str) -> bool:
+    with read_only(d.db) as conn:
+        return conn.execute("SELECT 1 FROM leases WHERE id = ?", (lid,)).fetchone() is not None
