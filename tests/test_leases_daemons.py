@@ -14,7 +14,6 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from replica import open_home
-
 from tests.channels import Event, Pushes, data, pushed_client
 from tests.daemons import PEERD, Daemon, Fleet, patience, read_only, wait_until
 from tests.netns import NetnsLab
