@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replica import InvalidArgument, Replica, identity, ops
+from replica import InvalidArgument, Replica, identity, ops, schema
 from replica import retention as ret
 from replica.hlc import pack, wall_of
 from tests.conftest import pull
@@ -414,7 +414,10 @@ def test_an_older_file_gets_the_index_by_creation_time(tmp_path: Path) -> None:
     r.close()
     conn = sqlite3.connect(db)
     conn.execute("DROP INDEX ops_by_hlc")
-    conn.execute("UPDATE meta SET v = v - 1 WHERE k = 'schema_version'")
+    for table in ("leases", "lease_changes", "lease_losses"):  # and what the migrations after it added
+        conn.execute(f"DROP TABLE {table}")
+    conn.execute("ALTER TABLE receipts DROP COLUMN acked")
+    conn.execute("UPDATE meta SET v = ? WHERE k = 'schema_version'", (schema.MIGRATIONS.index(schema.SCHEMA_RETENTION),))
     conn.commit()
     conn.close()
     again = replica(Clock(), db)
