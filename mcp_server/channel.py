@@ -20,6 +20,8 @@ Invariants:
   session asks for and how a push looks on the wire are ``mcp_server.channelwire``. Mail that lands
   before the stream opens, or while it is closed, stays undelivered and is pushed when it
   opens: a push is never recorded for a stream that is not there.
+* A session bound to a role is also told when a lease of that role is found lost or won here
+  (``mcp_server.leasepush``), once each, before the mail of the same change.
 * Resource updates go only to sessions that subscribed to that URI, and only when the
   resource's text changed since the subscription or the last update.
 """
@@ -40,7 +42,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS, ServerNotification, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
-from mcp_server import framing, resources
+from mcp_server import framing, leasepush, resources
 from mcp_server.channelwire import (
     CHANNEL_CAPABILITY,
     ChannelNotification,
@@ -84,6 +86,7 @@ class Session:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     seen: float = 0.0  # loop time of its last request or stream event
     pushed: int = 0
+    lease_cursor: int | None = None  # lease losses up to here were told (``mcp_server.leasepush``)
 
     @property
     def ready(self) -> bool:
@@ -259,7 +262,8 @@ class PushHub:
         cfg = s.config
         if not cfg.active or cfg.binding.role is None:
             return True
-        while True:
+        alive, s.lease_cursor = await leasepush.tell(self._run, s.send, cfg.binding.role, s.lease_cursor)
+        while alive:
             mail: list[Mail] = await self._run(Replica.mail, cfg.binding.role, cfg.binding.instance,
                                                after=s.cursor, limit=PAGE, pending_only=True)
             full = len(mail) >= PAGE
@@ -277,6 +281,7 @@ class PushHub:
                     return True
             if not full:
                 return True
+        return False
 
     async def _push(self, s: Session, mail: Sequence[Mail]) -> bool:
         """Push each message, then record delivered for those written; False if the session is gone.

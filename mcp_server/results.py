@@ -127,6 +127,7 @@ class BroadcastReceiptOut(Camel):
     read_at: int | None
     delivered_at: int | None
     receipt_id: str | None = Field(description="Null for a recipient the message has not reached yet.")
+    acknowledged_at: int | None = Field(None, description="When it acknowledged (acknowledge_message), Unix ms.")
 
 
 class BroadcastStatusOut(Camel):
@@ -195,6 +196,7 @@ class RecipientOut(Camel):
     state: str = Field(description="pending, delivered or read.")
     delivered_at: int | None
     read_at: int | None
+    acknowledged_at: int | None = Field(None, description="When it acknowledged (acknowledge_message), Unix ms.")
 
 
 class StatusOut(Camel):

@@ -105,6 +105,8 @@ class SendMessageArgs(Args):
         description="Project day number (VantagePeers); defaults to the day of sending (day 1 = 2026-03-06 UTC).",
     )
     tenant_id: str | None = Field(None, alias="tenantId", description=_TENANT)
+    ack_required: bool = Field(False, description="Ask each recipient to acknowledge it (acknowledge_message); "
+                                                  "overdue_acks lists those that have not.")
 
 
 class CheckMessagesArgs(Args):

@@ -55,7 +55,9 @@ INSTRUCTIONS = (
     "peerd: messages between AI agents across machines (VantagePeers' tools, offline-first). Call whoami "
     "to see which role this session speaks for; send_message to write; check_messages (optionally with "
     "wait) to read, then mark_as_read with the receipt ids; message_status or list_broadcast_status to see "
-    "delivery; set_summary and list_peers for who does what. Threads: create_agent, create_thread, append, poll."
+    "delivery; set_summary and list_peers for who does what. Threads: create_agent, create_thread, append, poll. "
+    "Before editing shared files, file_reservation_paths (mcp_agent_mail's tools); paths in its conflicts are "
+    "another role's."
 )
 
 ReplicaSource = Replica | Callable[[], Replica]

@@ -29,6 +29,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel
 
 from mcp_server import schemas as s
+from mcp_server.acktools import ACK_TOOLS
 from mcp_server.calls import (
     Call,
     Env,
@@ -40,6 +41,7 @@ from mcp_server.calls import (
     role_of,
     wait_for_data,
 )
+from mcp_server.leasetools import LEASE_TOOLS
 from mcp_server.threadtools import (
     append,
     create_agent,
@@ -76,7 +78,7 @@ async def send_message(call: Call, a: s.SendMessageArgs) -> Wire:
     from_inst = instance_of(a.from_instance_id, sender, call.bind)
     def send(svc: Service) -> Wire:
         return svc.send(sender, a.channel, a.content, instance=a.instance_id, from_instance=from_inst,
-                        session_day=a.session_day, tenant=a.tenant_id).wire()
+                        session_day=a.session_day, tenant=a.tenant_id, ack_required=a.ack_required).wire()
 
     return await call.serve(send)
 
@@ -106,7 +108,8 @@ def _broadcast_status(r: Replica, mid: str, limit: int) -> s.BroadcastStatusOut:
     m = r.get_message(mid)
     receipts = [
         s.BroadcastReceiptOut(recipient=x.role, recipient_instance_id=x.instance, read=x.read_at is not None,
-                              read_at=ms(x.read_at), delivered_at=ms(x.delivered_at), receipt_id=x.receipt_id)
+                              read_at=ms(x.read_at), delivered_at=ms(x.delivered_at), receipt_id=x.receipt_id,
+                              acknowledged_at=ms(x.acked_at))
         for x in r.message_status(mid)
     ]
     return s.BroadcastStatusOut(message_id=m.id, sender=m.sender, channel=m.channel, created_at=ms_of_iso(m.created),
@@ -270,4 +273,6 @@ TOOLS: tuple[ToolSpec[Any, Any], ...] = (
              s.ThreadAgentArgs, s.HasUnreadOut, has_unread, _READ),
     ToolSpec("mark_read", "Mark an agent's thread messages up to seq as read (channel mail: mark_as_read).",
              s.MarkReadArgs, s.MarkReadOut, mark_read, _SET),
+    *LEASE_TOOLS,
+    *ACK_TOOLS,
 )

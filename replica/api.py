@@ -8,7 +8,7 @@ identity, the write path): ``messaging`` (send, inbox, receipts, the log),
 ``vouching`` (serving and taking snapshots, checking afterwards what they let
 through), ``fleet`` (membership: admitting, removing, rotating the fleet key), and ``horizon``
 (retention: the fleet's horizon, purging what is past it), ``pinning`` (role pins and who sent
-in each role's name). The
+in each role's name), ``leasing`` (leases on paths) and ``acks`` (acknowledgements). The
 argument checks they share are pure functions in ``checks``.
 
 Invariants (of every method, whichever area holds it):
@@ -27,11 +27,12 @@ from pathlib import Path
 
 from replica import identity as idmod
 from replica import routing
+from replica.acks import Acks
 from replica.checks import DEFAULT_LIMIT, MAX_LIMIT, check_count, check_name
 from replica.core import Listener, now_ms
 from replica.horizon import Retention
 from replica.ids import agent_id_for
-from replica.messaging import Messaging
+from replica.leasing import Leasing
 from replica.pending import PendingMail
 from replica.pinning import Pinning
 from replica.search import Search
@@ -40,7 +41,7 @@ from replica.threads import Threads
 from replica.vouching import Vouching
 
 
-class Replica(Messaging, PendingMail, Search, Threads, Vouching, Retention, Pinning):
+class Replica(Acks, PendingMail, Search, Threads, Vouching, Retention, Pinning, Leasing):
     """One replica: a SQLite file (or ``:memory:``) plus this node's identity."""
 
     @classmethod

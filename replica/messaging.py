@@ -313,10 +313,11 @@ class Messaging(ReplicaCore):
             if msg is None:
                 raise NotFound(f"unknown message id {mid}")
             rows = cur.execute(
-                "SELECT role, inst, rid, delivered, read FROM receipts WHERE msg_id = ? ORDER BY role, inst", (mid,)
+                "SELECT role, inst, rid, delivered, read, acked FROM receipts WHERE msg_id = ? ORDER BY role, inst",
+                (mid,),
             ).fetchall()
             expected = _expected_roles(cur, msg, self._broadcast_history_ms, self._wall())
-        out = [RecipientStatus(r[0], r[1] or None, r[2], iso(r[3]), iso(r[4])) for r in rows]
+        out = [RecipientStatus(r[0], r[1] or None, r[2], iso(r[3]), iso(r[4]), iso(r[5])) for r in rows]
         reached = {r[0] for r in rows} | {r[1] for r in rows if r[1]}  # a role, or an instance address
         out += [RecipientStatus(role, msg[3], None, None, None) for role in expected if name_key(role) not in reached]
         return out

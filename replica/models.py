@@ -112,6 +112,7 @@ class RecipientStatus(_Dict):
     receipt_id: str | None
     delivered_at: str | None
     read_at: str | None
+    acked_at: str | None = None  # acknowledged (``replica.acks``)
 
     @property
     def state(self) -> str:

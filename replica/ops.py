@@ -16,8 +16,9 @@ overflow the store or the calendar. ``decode`` is pure: bytes in, ``Op`` or
 
 Kinds: ``msg`` (a message), ``set`` (last-writer-wins register writes),
 ``rtr`` (a retraction of a message by its sender role), the membership kinds ``admit`` and
-``rekey`` (``replica.membership``), ``ret`` (the retention horizon, ``replica.retention``) and
-``pin`` (a role pinned to nodes, ``replica.pins``). A message body gains
+``rekey`` (``replica.membership``), ``ret`` (the retention horizon, ``replica.retention``),
+``pin`` (a role pinned to nodes, ``replica.pins``) and the ``lease.*`` kinds (``replica.leases``).
+A message body gains
 ``sd`` (session day) and ``tn`` (tenant) only when the sender gave them, so a
 plain message keeps the original six keys.
 
@@ -43,13 +44,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from replica import identity, membership, pins, retention
+from replica import identity, leases, membership, pins, retention
 from replica.codec import pack, unpack
 from replica.errors import InvalidOp, Undecodable
 
 VERSION = 1  # the op format (header layout); new features are new kinds or fields, never a new format
-# What this release understands: 1 = the first release's kinds and fields, 2 = with ``ret`` (0.2.0
-# before role pins), 3 = with ``pin``. An op held by a lower level is applied on upgrade (``migrate.upgrade_held``).
+# What this release understands: 1 = the first release's kinds and fields, 2 = 0.2.0's (with ``ret``),
+# 3 = with ``pin``, the ``lease.*`` kinds and acknowledgements. An op held by a lower level is applied
+# on upgrade (``migrate.upgrade_held``).
 OP_LEVEL = 3
 MAX_KIND_CHARS = 32  # an op kind this release does not know is still stored when its name is sane
 MAX_CONTENT_BYTES = 900_000  # VantagePeers' limit: 900,000 bytes of UTF-8
@@ -298,7 +300,8 @@ def _prof_field(field: str) -> Callable[[object], bool] | None:
 # LWW tables: table -> (key arities, {field: value predicate} or a field -> predicate lookup).
 # A profile's key is [role] or [role, instance].
 LWW_SCHEMA: dict[str, tuple[tuple[int, ...], Callable[[str], Callable[[object], bool] | None]]] = {
-    "rcpt": ((3,), {"d": _wall_ms, "r": _wall_ms}.get),
+    "rcpt": ((3,), {"d": _wall_ms, "r": _wall_ms, "a": _wall_ms}.get),  # a: acknowledged (0.3)
+    "ack": ((1,), {"req": lambda v: isinstance(v, bool)}.get),  # a message asks for acknowledgements (0.3)
     "prof": ((1, 2), _prof_field),
     "agent": ((1,), {"name": lambda v: isinstance(v, str), "alive": lambda v: isinstance(v, bool)}.get),
     "member": ((2,), {"in": lambda v: isinstance(v, bool)}.get),
@@ -358,6 +361,7 @@ _CHECKS: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     **{kind: _exact(check, membership.BODY_KEYS[kind]) for kind, check in membership.CHECKS.items()},
     **{kind: _exact(check, retention.BODY_KEYS[kind]) for kind, check in retention.CHECKS.items()},
     **{kind: _exact(check, pins.BODY_KEYS) for kind, check in pins.CHECKS.items()},
+    **{kind: _exact(check, leases.BODY_KEYS[kind]) for kind, check in leases.CHECKS.items()},
 }
 
 KNOWN_KINDS = frozenset(_CHECKS)

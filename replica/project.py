@@ -1,6 +1,6 @@
 """Applying an op to the tables: storing it with its projections (a message's columns, its
 routes and thread number, a retraction, the membership tables, the registers, first-seen times,
-role pins).
+role pins and the leases).
 
 Invariants:
 * ``store_op`` is idempotent: an op already held (same origin and seq) is
@@ -23,7 +23,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from replica import firstseen, fleetstore, membership, pins, pinstore, retention, routing
+from replica import firstseen, fleetstore, leases, leasestore, membership, pins, pinstore, retention, routing
 from replica.hlc import wall_of
 from replica.names import name_key
 from replica.ops import (
@@ -99,6 +99,9 @@ def materialize(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
         settle_retraction(cur, op.body["m"])
     elif op.kind in membership.KINDS:
         fleetstore.project(cur, lseq, op)
+        return
+    elif op.kind in leases.KINDS:  # the leases and who holds them (``replica.leasestore``)
+        leasestore.project(cur, lseq, op)
         return
     elif op.kind == retention.KIND_RET:  # the fleet's horizon: one register (``replica.purge`` reads it)
         cur.execute(LWW_UPSERT, (retention.REGISTER, "", "h", op.body["h"], op.hlc, op.origin))

@@ -67,7 +67,7 @@ def put_register(cur: sqlite3.Cursor, write: list[Any], hlc: int, origin: bytes)
 
 
 def _project_receipt(cur: sqlite3.Cursor, key: list[str], field: str, value: Any, hlc: int) -> None:
-    col = "delivered" if field == "d" else "read"
+    col = {"d": "delivered", "r": "read", "a": "acked"}[field]
     msg_id, role, inst = key
     cur.execute(
         f"INSERT INTO receipts(msg_id, role, inst, rid, {col}) VALUES (?, ?, ?, ?, ?) "
@@ -128,4 +128,5 @@ _PROJECT = {
     "agent": _project_agent,
     "member": _project_member,
     "thread": _project_thread,
+    "ack": _project_nothing,  # read from ``lww`` (``replica.acks``)
 }

@@ -182,9 +182,42 @@ CREATE TABLE role_pins(rkey TEXT NOT NULL, hlc INTEGER NOT NULL, origin BLOB NOT
     nodes BLOB NOT NULL, PRIMARY KEY(rkey, hlc, origin)) WITHOUT ROWID;
 """
 
+# v10: leases (``replica.leases``, ``replica.leasestore``): each take op's lease with its span and
+# who it is lost to (``lost_to``, recomputed on every lease op), the renew/release/force ops by lease
+# (kept whether or not their lease is here yet), and when this replica first saw each lease lost
+# (``lseq`` of the op that made it so: the order sessions are told in). ``prefix`` is a pattern's
+# text before its first glob character: two patterns overlap only if one starts with the other's.
+# Lease ops a 0.2.0 replica held without understanding them are applied on upgrade
+# (``migrate.upgrade_held``).
+SCHEMA_LEASES = """
+CREATE TABLE leases(
+    id TEXT PRIMARY KEY, pkey TEXT NOT NULL, project TEXT NOT NULL, pattern TEXT NOT NULL,
+    rkey TEXT NOT NULL, role TEXT NOT NULL, inst TEXT, exclusive INTEGER NOT NULL, reason TEXT NOT NULL,
+    hlc INTEGER NOT NULL, origin BLOB NOT NULL, seq INTEGER NOT NULL, ttl INTEGER NOT NULL,
+    start INTEGER NOT NULL, until INTEGER NOT NULL, ended_kind TEXT, ended_by TEXT, ended_why TEXT,
+    lost_to TEXT, prefix TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX leases_by_project ON leases(pkey, until);
+CREATE INDEX leases_by_stamp ON leases(pkey, hlc);
+CREATE INDEX leases_by_prefix ON leases(pkey, prefix);
+CREATE INDEX leases_by_pattern ON leases(pkey, pattern);
+CREATE TABLE lease_changes(
+    lease TEXT NOT NULL, kind TEXT NOT NULL, rkey TEXT NOT NULL, role TEXT NOT NULL,
+    hlc INTEGER NOT NULL, origin BLOB NOT NULL, seq INTEGER NOT NULL, ttl INTEGER NOT NULL, why TEXT,
+    PRIMARY KEY(lease, hlc, origin, seq)
+) WITHOUT ROWID;
+CREATE TABLE lease_losses(lease TEXT PRIMARY KEY, winner TEXT NOT NULL, lseq INTEGER NOT NULL) WITHOUT ROWID;
+CREATE INDEX lease_losses_by_lseq ON lease_losses(lseq);
+"""
+
+# v11: acknowledgements (``replica.acks``): a receipt's acked-at time, the projection of its ``a`` field.
+SCHEMA_ACKS = """
+ALTER TABLE receipts ADD COLUMN acked INTEGER;
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     SCHEMA_V1, SCHEMA_V2, SCHEMA_THREAD_SEQS, SCHEMA_FIRST_SEEN, SCHEMA_KEYS, SCHEMA_FLEET, SCHEMA_NEWER_OPS,
-    SCHEMA_RETENTION, SCHEMA_PINS,
+    SCHEMA_RETENTION, SCHEMA_PINS, SCHEMA_LEASES, SCHEMA_ACKS,
 )
 LATEST = len(MIGRATIONS)
 KEYED = 5  # the version from which rows carry name keys (older files are rebuilt on upgrade)

@@ -125,9 +125,13 @@ class Service:
 
     def send(self, sender: str, channel: str, content: str, *, instance: str | None = None,
              from_instance: str | None = None, session_day: int | None = None,
-             tenant: str | None = None) -> Sent:
+             tenant: str | None = None, ack_required: bool = False) -> Sent:
+        """A send with its recipient check; ``ack_required`` asks the recipients to acknowledge it (an
+        op of its own after the message, ``replica.acks``)."""
         sent, check, record = self.replica.send_checked(sender, channel, content, instance, from_instance,
                                                         session_day=session_day, tenant_id=tenant)
+        if ack_required:
+            self.replica.require_ack(sent.id)
         return Sent(sent, record, check)
 
     def inbox(self, role: str, instance: str | None = None, since: int | str | None = None, limit: int = 20, *,

@@ -96,7 +96,7 @@ def sent_view(m: MessageRecord, recipients: tuple[str, ...], unknown: tuple[str,
 def recipient_view(x: RecipientStatus) -> Wire:
     """One recipient's delivery state (``message_status``)."""
     return {"role": x.role, "instanceId": x.instance, "receiptId": x.receipt_id, "state": x.state,
-            "deliveredAt": ms(x.delivered_at), "readAt": ms(x.read_at)}
+            "deliveredAt": ms(x.delivered_at), "readAt": ms(x.read_at), "acknowledgedAt": ms(x.acked_at)}
 
 
 def status_view(m: MessageRecord, recipients: list[RecipientStatus]) -> Wire:

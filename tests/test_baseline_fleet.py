@@ -28,7 +28,7 @@ from tests.daemons import PEERD, Fleet, integrity_check, patience, read_only, wa
 
 pytest_plugins = ["tests.daemons", "tests.baseline"]
 
-# A kind neither release knows (leases are planned: a release that defines them needs another name here).
+# A kind neither release knows (this release's leases are ``lease.take`` and its kin).
 UNKNOWN_KIND = "lease"
 # Refusals the baseline may log: none. The current daemon sends a peer whose versions it does not know
 # yet only what the first release takes, so not even first contact costs a refused request.
@@ -284,4 +284,21 @@ def test_a_role_pin_never_reaches_the_baseline_and_refuses_its_sends_in_the_role
     with read_only(old.daemon.db) as conn:
         kinds = {str(unpackb(unpackb(bytes(blob))[0])[4]) for (blob,) in conn.execute("SELECT blob FROM ops")}
     assert "pin" not in kinds
+
+
+def test_leases_and_acknowledgements_never_reach_the_baseline(fleet: Fleet, baseline_peerd: Path) -> None:
+    """The current node takes a file reservation and asks for and records an acknowledgement (ops
+    0.1.0 does not know) between messages: the baseline gets every message and its read mark, never
+    the lease or acknowledgement ops, and refuses nothing."""
+    old, new = mixed_pair(fleet, baseline_peerd)
+    with open_home(new.daemon.home) as rep:  # as `peerd mcp` writes: the daemon notices and pushes
+        rep.reserve("repo", "cat", ["src/"], reason="refactor")
+        mid = rep.send_message("cat", "dan", "please acknowledge").id
+        rep.require_ack(mid)
+        rep.acknowledge(mid, "dan")
+    later = [new.send("cat", "dan", f"after the lease {i}") for i in range(3)]
+    wait_until(lambda: all(old.has_message(m) for m in [mid, *later]), 30, "the messages around the lease ops")
+    with read_only(old.daemon.db) as conn:
+        kinds = {str(unpackb(unpackb(bytes(blob))[0])[4]) for (blob,) in conn.execute("SELECT blob FROM ops")}
+    assert not {k for k in kinds if k.startswith("lease.")} and "msg" in kinds
     assert old.counter("refused") == 0

@@ -82,7 +82,7 @@ def test_inbox_wait_with_no_daemon_waits_and_wakes_on_a_write(tmp_path: Path) ->
 
 MESSAGE_KEYS = {"messageId", "from", "fromInstanceId", "channel", "instanceId", "fromNode", "receiptId", "content", "createdAt",
                 "deliveredAt", "readAt", "seq"}
-RECIPIENT_KEYS = {"role", "instanceId", "receiptId", "state", "deliveredAt", "readAt"}
+RECIPIENT_KEYS = {"role", "instanceId", "receiptId", "state", "deliveredAt", "readAt", "acknowledgedAt"}
 
 
 async def _mcp(url: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,9 @@ TOOL_NAMES = {
     "message_status", "whoami", "create_agent", "delete_account", "create_thread", "join_thread",
     "leave_thread", "thread_info", "thread_status", "append", "poll", "has_unread", "mark_read", "search_messages",
     "delete_message", "get_message", "list_messages", "list_broadcast_status", "search_messages_by_keyword",
-    "set_summary",
+    "set_summary", "file_reservation_paths", "renew_file_reservations", "release_file_reservations",
+    "force_release_file_reservation", "list_file_reservations", "acknowledge_message", "overdue_acks",
+    "install_precommit_guard",
 }
 
 
@@ -119,7 +121,7 @@ async def test_argument_names_are_exactly_the_established_ones(node: Node) -> No
     async with connect(node) as client:
         schemas = {t.name: t.input_schema for t in (await client.list_tools()).tools}
         assert set(schemas["send_message"]["properties"]) == {
-            "from", "channel", "content", "instanceId", "fromInstanceId", "sessionDay", "tenantId"}
+            "from", "channel", "content", "instanceId", "fromInstanceId", "sessionDay", "tenantId", "ack_required"}
         assert set(schemas["send_message"]["required"]) == {"channel", "content"}
         assert set(schemas["check_messages"]["properties"]) == {
             "recipient", "recipientInstanceId", "since", "limit", "wait", "tenantId"}

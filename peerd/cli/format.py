@@ -252,8 +252,9 @@ def format_message_status(d: dict[str, Any]) -> str:
     head = (f"message {d['messageId']}: {read} of {plural(len(rows), 'recipient')} read, {delivered} delivered"
             f" and not read, {len(rows) - read - delivered} pending")
     return head + "\n" + table([(r["role"], r["instanceId"], r["state"], when(r["deliveredAt"]) if r["deliveredAt"]
-                                 else None, when(r["readAt"]) if r["readAt"] else None) for r in rows],
-                               ["ROLE", "INSTANCE", "STATE", "DELIVERED", "READ"])
+                                 else None, when(r["readAt"]) if r["readAt"] else None,
+                                 when(r["acknowledgedAt"]) if r.get("acknowledgedAt") else None) for r in rows],
+                               ["ROLE", "INSTANCE", "STATE", "DELIVERED", "READ", "ACKNOWLEDGED"])
 
 
 def format_orientation(info: dict[str, Any], *, flag: str, new_fleet: bool) -> str:

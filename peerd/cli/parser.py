@@ -75,6 +75,9 @@ COMMANDS = (
     Command("threads", "arguments", "threads: participants, message count, latest activity"),
     Command("profile", "arguments", "list profiles, show one, or set its fields"),
     Command("doctor", "arguments", "check this node's setup and say what to fix"),
+    Command("leases", "leasecmds", "file reservations (leases on paths) held and lost"),
+    Command("guard", "leasecmds", "a git pre-commit guard that refuses commits touching paths another role holds"),
+    Command("acks", "leasecmds", "messages whose acknowledgement is overdue"),
 )
 BY_NAME = {c.name: c for c in COMMANDS}
 

@@ -202,10 +202,13 @@ function highlight(text, words) {
 function recipientChip(r) {
   const who = r.instanceId ? `${r.role}@${r.instanceId}` : r.role;
   const when = r.readAt || r.deliveredAt;
-  const chip = el("span", `chip ${r.state}`, `${who}: ${r.state}`);
+  const acked = r.acknowledgedAt ? ", acknowledged" : "";
+  const chip = el("span", `chip ${r.state}`, `${who}: ${r.state}${acked}`);
   chip.dataset.role = r.role;
   chip.dataset.state = r.state;
-  chip.title = when ? `${r.state} at ${shortTime(when)}` : "not yet delivered";
+  if (r.acked_at) chip.dataset.acked = "1";
+  chip.title = when ? `${r.state} at ${shortTime(when)}${r.acked_at ? `, acknowledged at ${shortTime(r.acked_at)}` : ""}`
+    : "not yet delivered";
   return chip;
 }
 
