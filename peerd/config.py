@@ -91,6 +91,15 @@ class Config:
     peer_connections_per_address: int = PEER_PER_SOURCE
     """Connections one address may hold open on the peer port (more are refused): a few nodes
     behind one NAT fit the default; raise it when many nodes share one address."""
+    reachable: bool | str = "auto"
+    """Whether other members can call this one at its address: "auto" asks a peer to try (a
+    reachability probe); false (behind NAT) keeps links to reachable members for the return path."""
+    relay_keepalive: float = 25.0
+    """Seconds between keepalives on a link to a relaying member (NAT mappings must not expire)."""
+    relay_links_per_address: int = 32
+    """Links this member holds for members nobody can call, from one address (0: relay for none)."""
+    relay_links: int = 256
+    """Links this member holds for members nobody can call, in all (0: relay for none)."""
     max_body_bytes: int = 4 * MiB
     """Largest peer request or response body accepted."""
     page_bytes: int = MiB
@@ -208,6 +217,14 @@ def render_config(cfg: Config) -> str:
         f"push_fanout = {cfg.push_fanout}",
         "# Connections one address may hold open on the peer port.",
         f"peer_connections_per_address = {cfg.peer_connections_per_address}",
+        "",
+        '# Whether other members can call this one: "auto" (a peer tries), true, or false (behind',
+        "# NAT: keep links to reachable members, which push down them); keepalive seconds on a link;",
+        "# links this member holds for members nobody can call, per address and in all.",
+        f"reachable = {_toml_str(cfg.reachable) if isinstance(cfg.reachable, str) else str(cfg.reachable).lower()}",
+        f"relay_keepalive = {cfg.relay_keepalive!r}",
+        f"relay_links_per_address = {cfg.relay_links_per_address}",
+        f"relay_links = {cfg.relay_links}",
         "",
         "# Size limits in bytes.",
         f"max_body_bytes = {cfg.max_body_bytes}",
