@@ -1,9 +1,10 @@
 """The peer port's sockets: its listening socket (dual-stack), the gate every connection passes,
 and its long-lived links (WebSockets).
 
-* ``listening_socket(host, port)``: bound to every interface (``host`` one of ``ALL``), one IPv6
-  socket with ``IPV6_V6ONLY`` off takes IPv4 and IPv6 callers alike; where the machine has no
-  IPv6 it falls back to IPv4 alone. Any other host is bound as given.
+* ``listening_socket(host, port)``: bound to every interface (``host`` "::" or "", the default),
+  one IPv6 socket with ``IPV6_V6ONLY`` off takes IPv4 and IPv6 callers alike; where the machine
+  has no IPv6 it falls back to IPv4 alone. "0.0.0.0" is every IPv4 interface; any other host is
+  bound as given.
 * ``GatedSite``: aiohttp's site on that socket, each connection admitted through a
   ``limits.Gate`` as it is accepted (by its plain source address) or closed at once.
 * ``plain_address``: an IPv4 caller on a dual-stack socket shows as ``::ffff:a.b.c.d``; it is
@@ -31,7 +32,8 @@ from aiohttp import WSMsgType, web
 from peerd.errors import TransportError
 from peerd.limits import Gate
 
-ALL = ("", "::", "0.0.0.0")  # the hosts that mean every interface (dual-stack where there is IPv6)
+ALL = ("", "::", "0.0.0.0")  # the hosts that mean every interface
+DUAL = ("", "::")  # ... of both families (dual-stack where there is IPv6); 0.0.0.0 is every IPv4 one
 CLOSING = (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR)
 
 
@@ -47,7 +49,7 @@ def plain_address(host: str) -> str:
 
 def listening_socket(host: str, port: int) -> socket.socket:
     """A bound (not yet listening) TCP socket for the peer port; OSError when it cannot be had."""
-    if host in ALL and socket.has_ipv6:
+    if host in DUAL and socket.has_ipv6:
         sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

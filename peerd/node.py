@@ -66,7 +66,7 @@ def http_transport(cfg: Config) -> HttpTransport:
 
 
 class Node(Serving, Talking, Following):
-    def __init__(self, cfg: Config, rep: Replica, *, bind: str = "0.0.0.0", transport: Transport | None = None,
+    def __init__(self, cfg: Config, rep: Replica, *, bind: str = "::", transport: Transport | None = None,
                  wiring: Wiring | None = None, home: Path | None = None, clock: Clock | None = None,
                  rng: random.Random | None = None, offload: Offload | None = None) -> None:
         """``wiring`` is the process's change feed over ``rep`` and its waiter (the daemon's feed
