@@ -47,7 +47,8 @@ def test_links_open_only_when_needed_and_to_at_most_two_members() -> None:
     for c in first:
         r.up(c.addr, 1.0)
     assert {t.addr for t in r.via()} == {c.addr for c in first}
-    assert sorted(d.addr for d in r.set_need(False)) == sorted(c.addr for c in first)
+    assert set(r.set_need(False)) == {Drop(c.addr) for c in first}
+    assert r.plan(2.0, cands("s", "p", "q")) == []
 
 
 def test_seeds_are_preferred_and_a_dead_relay_is_replaced_by_another_at_once() -> None:
