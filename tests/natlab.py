@@ -116,31 +116,55 @@ class NatLab:
             wait_until(lambda d=d: len(self.relays_of(d)) >= want, timeout, f"{d.name} to link to a relaying member")
 
 
-def delivery(fleet: Fleet, sender: Daemon, receiver: Daemon, role: str, text: str, timeout: float = 30.0) -> float:
+class Parked:
+    """A ``check`` with ``wait`` parked on ``receiver`` for ``role`` (what ``peerd inbox ROLE --wait``
+    does), in a thread of its own through a relay of its own (``park_all`` waits until the daemon
+    counts it among its waiting calls)."""
+
+    def __init__(self, fleet: Fleet, receiver: Daemon, role: str, timeout: float = 30.0) -> None:
+        self.receiver, self.role, self.timeout = receiver, role, timeout
+        self.relay: NamespaceRelay = fleet.relay(receiver.exec_prefix)
+        self.at: float | None = None
+        self.reply: tuple[int, bytes] = (0, b"")
+        self.thread = threading.Thread(target=self._wait, daemon=True)
+
+    def _wait(self) -> None:
+        body = json.dumps({"recipient": self.role, "wait": self.timeout}).encode()
+        self.reply = self.relay("POST", f"{self.receiver.info['local_url']}/api/check", body, self.timeout + 10)
+        self.at = time.monotonic()
+
+    def start(self) -> Parked:
+        self.thread.start()
+        return self
+
+    def woke_with(self, text: str) -> float:
+        """When the wait returned (``time.monotonic``), holding a message of ``text``."""
+        self.thread.join(self.timeout + 15)
+        assert self.at is not None, f"the wait on {self.receiver.name} did not return"
+        status, raw = self.reply
+        messages = json.loads(raw)["messages"] if status == 200 else []
+        assert any(m["content"] == text for m in messages), \
+            f"{self.receiver.name} woke without {text!r}: {status} {raw[:300]!r}"
+        return self.at
+
+
+def park_all(fleet: Fleet, receivers: Sequence[Daemon], roles: Sequence[str]) -> list[Parked]:
+    """Park a wait on each receiver (one role each); returns once every daemon counts its wait."""
+    before = {d.name: int(d.status()["waiting"]) for d in receivers}
+    parked = [Parked(fleet, d, role).start() for d, role in zip(receivers, roles, strict=True)]
+    for d in receivers:
+        n = sum(1 for p in parked if p.receiver is d)
+        wait_until(lambda d=d, n=n: int(d.status()["waiting"]) >= before[d.name] + n, 20, f"a parked wait on {d.name}")
+    return parked
+
+
+def delivery(fleet: Fleet, sender: Daemon, receiver: Daemon, role: str, text: str) -> float:
     """Seconds from the end of a send on ``sender`` to the return of a parked wait on ``receiver``
     (``role`` should be new to the fleet: a role's unread mail would end the wait at once)."""
-    place = receiver.exec_prefix
-    parked: NamespaceRelay = fleet.relay(place)
-    done: dict[str, Any] = {}
-    before = int(receiver.status()["waiting"])
-
-    def wait() -> None:
-        body = json.dumps({"recipient": role, "wait": timeout}).encode()
-        status, raw = parked("POST", f"{receiver.info['local_url']}/api/check", body, timeout + 10)
-        done["at"] = time.monotonic()
-        done["reply"] = (status, raw)
-
-    thread = threading.Thread(target=wait, daemon=True)
-    thread.start()
-    wait_until(lambda: int(receiver.status()["waiting"]) > before, 20, f"a parked wait on {receiver.name}")
+    (parked,) = park_all(fleet, [receiver], [role])
     sender.send("sender", role, text)
     sent = time.monotonic()
-    thread.join(timeout + 15)
-    assert "at" in done, f"the wait on {receiver.name} did not return"
-    status, raw = done["reply"]
-    messages = json.loads(raw)["messages"] if status == 200 else []
-    assert any(m["content"] == text for m in messages), f"{receiver.name} woke without {text!r}: {status} {raw[:300]!r}"
-    return float(done["at"] - sent)
+    return parked.woke_with(text) - sent
 
 
 def summary(samples: Sequence[float]) -> tuple[float, float]:
