@@ -27,10 +27,23 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from discovery.seeds import format_seed
-from peerd import protocol, relaying
 from peerd.errors import PeerError, SealError, TransportError
-from peerd.protocol import ProtocolError, link
-from peerd.relaying import Candidate, Connect, Drop, Held, Relays
+from peerd.protocol import (
+    BACK,
+    LINK,
+    OK,
+    Msg,
+    ProtocolError,
+    Request,
+    decode,
+    encode,
+    envelope,
+    link,
+    probe,
+    sign_reply,
+    stamp,
+)
+from peerd.relaying import AUTO, PROBE_EVERY, Candidate, Connect, Drop, Held, Relays, reachability
 from peerd.transport import Answer, Channel
 
 if TYPE_CHECKING:
@@ -129,10 +142,10 @@ class RelayLinks:
         self.served[env.sender] = served
         if old is not None:
             await old.channel.close(link.REPLACED, "the member linked again")
-        welcome = protocol.sign_reply({"t": protocol.OK}, me=node.me, kind=protocol.LINK, clock_ms=0)
+        welcome = sign_reply({"t": OK}, me=node.me, kind=LINK, clock_ms=0)
         why = "closed"
         try:
-            await channel.send(link.welcome(keys.seal(protocol.encode(welcome))))
+            await channel.send(link.welcome(keys.seal(encode(welcome))))
             node.run(node.core.linked(remote, env, node.clock.now()))
             why = await served.read()
         except TransportError as exc:
@@ -143,22 +156,22 @@ class RelayLinks:
                 self.held.release(env.sender)
                 node.run(node.core.unlinked(env.sender, why))
 
-    async def answer_back(self, remote: str, req: protocol.Request) -> protocol.Msg:
+    async def answer_back(self, remote: str, req: Request) -> Msg:
         """A ``back`` probe: call the caller at its advertised address once; say whether it answered
         as the node that asked."""
         reached = False
         if req.envelope.port is not None and remote:
             addr = format_seed(remote, req.envelope.port)
             node = self.node
-            body = node.keys.seal(protocol.encode(protocol.stamp(protocol.probe(), me=node.me, port=node.peer_port)))
+            body = node.keys.seal(encode(stamp(probe(), me=node.me, port=node.peer_port)))
             try:
                 async with asyncio.timeout(CALL_BACK_TIMEOUT):
                     ans = await node.transport.post(addr, body)
-                reply = protocol.decode(node.keys.open(ans.body)[0]) if ans.status == 200 else {}
-                reached = protocol.envelope(reply).sender == req.envelope.sender
+                reply = decode(node.keys.open(ans.body)[0]) if ans.status == 200 else {}
+                reached = envelope(reply).sender == req.envelope.sender
             except (TimeoutError, TransportError, SealError, ProtocolError):
                 reached = False
-        return protocol.sign_reply(link.back_reply(reached), me=self.node.me, kind=protocol.BACK,
+        return sign_reply(link.back_reply(reached), me=self.node.me, kind=BACK,
                                    clock_ms=int(self.node.clock.wall() * 1000))
 
     # -- linking to others (when nobody can call us) ----------------------------------------------
@@ -169,7 +182,7 @@ class RelayLinks:
 
     @property
     def reachable(self) -> bool | None:
-        return relaying.reachability(self.node.cfg.reachable, self.probed)
+        return reachability(self.node.cfg.reachable, self.probed)
 
     async def keep(self) -> None:
         clock = self.node.clock
@@ -190,8 +203,8 @@ class RelayLinks:
     def _step(self, now: float) -> float | None:
         """Probe when due, drop or open links; the seconds until something is due again."""
         waits: list[float] = []
-        if self.node.cfg.reachable == relaying.AUTO and not self.probing:
-            every = relaying.PROBE_EVERY if self.probed is not None else UNKNOWN_RETRY
+        if self.node.cfg.reachable == AUTO and not self.probing:
+            every = PROBE_EVERY if self.probed is not None else UNKNOWN_RETRY
             due = self.probed_at is None or now - self.probed_at >= every
             candidates = self._candidates()
             if due and candidates:
@@ -256,8 +269,8 @@ class RelayLinks:
 
     async def _run_link(self, addr: str, channel: Channel) -> tuple[str, bool]:
         node = self.node
-        hello = protocol.stamp(link.link_message(), me=node.me, port=node.peer_port)
-        await channel.send(link.hello(node.keys.seal(protocol.encode(hello))))
+        hello = stamp(link.link_message(), me=node.me, port=node.peer_port)
+        await channel.send(link.hello(node.keys.seal(encode(hello))))
         async with asyncio.timeout(HELLO_TIMEOUT):
             first = await channel.receive()
         if first is None:
