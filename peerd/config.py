@@ -96,6 +96,9 @@ class Config:
     reachability probe); false (behind NAT) keeps links to reachable members for the return path."""
     relay_keepalive: float = 25.0
     """Seconds between keepalives on a link to a relaying member (NAT mappings must not expire)."""
+    relay_probe_interval: float = 300.0
+    """Seconds between reachability probes with ``reachable = "auto"`` (a member that can be called
+    again drops its links at the next one)."""
     relay_links_per_address: int = 32
     """Links this member holds for members nobody can call, from one address (0: relay for none)."""
     relay_links: int = 256
@@ -220,9 +223,11 @@ def render_config(cfg: Config) -> str:
         "",
         '# Whether other members can call this one: "auto" (a peer tries), true, or false (behind',
         "# NAT: keep links to reachable members, which push down them); keepalive seconds on a link;",
+        "# seconds between probes (\"auto\");",
         "# links this member holds for members nobody can call, per address and in all.",
         f"reachable = {_toml_str(cfg.reachable) if isinstance(cfg.reachable, str) else str(cfg.reachable).lower()}",
         f"relay_keepalive = {cfg.relay_keepalive!r}",
+        f"relay_probe_interval = {cfg.relay_probe_interval!r}",
         f"relay_links_per_address = {cfg.relay_links_per_address}",
         f"relay_links = {cfg.relay_links}",
         "",

@@ -153,6 +153,7 @@ def _check_mdns_interfaces(cfg: Config) -> None:
 
 
 RELAY_KEEPALIVE_RANGE = (0.2, 600.0)
+RELAY_PROBE_RANGE = (1.0, 86_400.0)
 MAX_RELAY_LINKS = 10_000
 
 
@@ -161,13 +162,13 @@ def _check_relay(cfg: Config) -> None:
     if cfg.reachable != "auto" and not isinstance(cfg.reachable, bool):
         raise ConfigError(f'reachable: expected true, false or "auto", got {type_name(cfg.reachable)}'
                           + (f" {cfg.reachable!r}" if isinstance(cfg.reachable, str) else ""))
-    low, high = RELAY_KEEPALIVE_RANGE
-    value: object = cfg.relay_keepalive
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise ConfigError(f"relay_keepalive: expected a number of seconds, got {type_name(value)}")
-    if not (math.isfinite(value) and low <= value <= high):
-        raise ConfigError(f"relay_keepalive: must be from {low:g} to {high:g} seconds, got {value}")
-    object.__setattr__(cfg, "relay_keepalive", float(value))
+    for key, (low, high) in (("relay_keepalive", RELAY_KEEPALIVE_RANGE), ("relay_probe_interval", RELAY_PROBE_RANGE)):
+        value: object = getattr(cfg, key)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise ConfigError(f"{key}: expected a number of seconds, got {type_name(value)}")
+        if not (math.isfinite(value) and low <= value <= high):
+            raise ConfigError(f"{key}: must be from {low:g} to {high:g} seconds, got {value}")
+        object.__setattr__(cfg, key, float(value))
     _check_int("relay_links_per_address", cfg.relay_links_per_address, 0, MAX_RELAY_LINKS)
     _check_int("relay_links", cfg.relay_links, 0, MAX_RELAY_LINKS)
 

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 AUTO = "auto"
 KEEPALIVE = 25.0  # seconds between keepalives on a link: NAT mappings of idle TCP last minutes, some only one
 WANT = 2  # links a member nobody can call keeps open
-PROBE_EVERY = 300.0  # seconds between reachability probes (also after a link or the address changes)
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 60.0
 REFUSED_WAIT = 30.0  # a relay that said it is full is not asked again before this

@@ -43,7 +43,7 @@ from peerd.protocol import (
     sign_reply,
     stamp,
 )
-from peerd.relaying import AUTO, PROBE_EVERY, Candidate, Connect, Drop, Held, Relays, reachability
+from peerd.relaying import AUTO, Candidate, Connect, Drop, Held, Relays, reachability
 from peerd.transport import Answer, Channel
 
 if TYPE_CHECKING:
@@ -204,14 +204,15 @@ class RelayLinks:
         """Probe when due, drop or open links; the seconds until something is due again."""
         waits: list[float] = []
         if self.node.cfg.reachable == AUTO and not self.probing:
-            every = PROBE_EVERY if self.probed is not None else UNKNOWN_RETRY
+            every = self.node.cfg.relay_probe_interval
+            every = every if self.probed is not None else min(every, UNKNOWN_RETRY)
             due = self.probed_at is None or now - self.probed_at >= every
             candidates = self._candidates()
             if due and candidates:
                 self.probing = True
                 self.node.spawn(self._probe(candidates), transient=False)
-            elif not due:
-                waits.append(every - (now - (self.probed_at or now)))
+            elif not due and self.probed_at is not None:
+                waits.append(every - (now - self.probed_at))
         for cmd in [*self.relays.set_need(self.reachable is False), *self.relays.plan(now, self._candidates())]:
             if isinstance(cmd, Drop):
                 ch = self.channels.pop(cmd.addr, None)

@@ -64,6 +64,7 @@ class NatLab:
     laptops: dict[str, Daemon] = field(default_factory=dict)
     routers: list[Node] = field(default_factory=list)
     places: dict[str, Node] = field(default_factory=dict)
+    router_of: dict[str, Node] = field(default_factory=dict)
 
     @classmethod
     def build(cls, lab: NetnsLab, root: Path, *, reachable: Sequence[str] = ("s", "p"), homes: int = 2,
@@ -93,6 +94,7 @@ class NatLab:
                 node = lab.node(name, home)
                 lab.route_via(node, router)
                 me.places[name] = node
+                me.router_of[name] = router
                 me.laptops[name] = me.fleet.add(name, port=port, host=node.address, exec_prefix=node.exec_prefix(),
                                                 transport=me.fleet.relay(node.exec_prefix()),
                                                 config=dict(laptop_config or {}), seeds=[first])
@@ -106,6 +108,12 @@ class NatLab:
         """Every NAT mapping of the routers is lost."""
         for router in self.routers:
             self.lab.run(router, ["conntrack", "-F"], check=False)
+
+    def forward_port(self, laptop: Daemon) -> None:
+        """The laptop's router forwards its peer port (DNAT): from now on it can be called."""
+        self.lab.run(self.router_of[laptop.name], ["iptables", "-t", "nat", "-A", "PREROUTING", "-i", "wan", "-p",
+                                                   "tcp", "--dport", str(laptop.port), "-j", "DNAT",
+                                                   "--to-destination", f"{laptop.host}:{laptop.port}"])
 
     def relays_of(self, laptop: Daemon) -> set[str]:
         """Node ids (short) of the members relaying for ``laptop``, as its status says."""

@@ -36,7 +36,8 @@ _roles = itertools.count(1)
 @pytest.fixture
 def natlab(tmp_path: Path) -> Iterator[NatLab]:
     with NetnsLab.create() as lab:
-        nat = NatLab.build(lab, tmp_path / "fleet", laptop_config={"relay_keepalive": 0.5})
+        nat = NatLab.build(lab, tmp_path / "fleet", laptop_config={"relay_keepalive": 0.5,
+                                                                                "relay_probe_interval": 1.0})
         try:
             nat.start()
             yield nat
@@ -58,7 +59,8 @@ def test_laptops_behind_nat_get_mail_in_one_hop_again_after_mappings_are_lost_an
         natlab: NatLab) -> None:
     """Both laptops learn nobody can call them and link to S and P; S -> L1 and L2 -> L1 arrive
     within a push's time; after the routers' conntrack tables are flushed, mail arrives again
-    within 5 s; with S killed, mail reaches L1 through P."""
+    within 5 s; with S killed, mail reaches L1 through P; once L1's router forwards its port, L1
+    drops its links and gets ordinary pushes."""
     nat, s, p = natlab, natlab.reachable["s"], natlab.reachable["p"]
     l1, l2 = nat.laptops["l1"], nat.laptops["l2"]
     nat.wait_linked(LINKED, want=2)
@@ -84,3 +86,11 @@ def test_laptops_behind_nat_get_mail_in_one_hop_again_after_mappings_are_lost_an
     wait_until(lambda: nat.relays_of(l1) == {p.short_id}, 20, "l1 relayed by p alone")
     took = delivery(nat.fleet, l2, l1, "after-kill", "with s gone")
     assert took <= AGAIN, f"mail with the relaying member gone took {took:.1f} s"
+
+    nat.forward_port(l1)
+    wait_until(lambda: l1.status()["relay"]["reachable"] is True and not nat.relays_of(l1), 20,
+               "l1 to learn it can be called and drop its links")
+    wait_until(lambda: [r["node_id"] for r in p.status()["relay"]["relaying_for"]] == [l2.short_id], 20,
+               "p relaying for l2 alone")
+    took = delivery(nat.fleet, p, l1, "forwarded", "by an ordinary push")
+    assert took <= AGAIN, f"mail by an ordinary push took {took:.1f} s"
