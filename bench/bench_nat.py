@@ -9,7 +9,8 @@ every setting at its default: the laptops find out by themselves that nobody can
   others). Time = from the end of the send on one member to the return of a parked
   ``check`` with ``wait`` on the other (what ``peerd inbox ROLE --wait`` does). Goals: median
   <= 100 ms and worst <= 500 ms for S -> L1 and L2 -> L1; each path's median as a ratio to
-  S -> P's (goal <= 2x).
+  S -> P's (goal <= 2x). Idle CPU of L1 (holding its links) and S (holding the laptops' links)
+  over the last quiet (goal < 1 % of a core).
 * Twenty behind one NAT: S and 20 laptops behind one router (``peer_connections_per_address``
   raised on S, as docs/fleet.md says for many members behind one address); one broadcast from S,
   timed until the last of 20 parked waits returns. Goal <= 1 s.
@@ -35,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from _util import Figure, at_most, note, print_summary, report, section  # noqa: E402
+from bench_wake import cpu_seconds  # noqa: E402
 
 from tests.natlab import NatLab, delivery, park_all  # noqa: E402
 from tests.netns import NetnsLab  # noqa: E402
@@ -42,6 +44,7 @@ from tests.netns import NetnsLab  # noqa: E402
 PATHS = (("s", "p"), ("s", "l1"), ("l2", "l1"), ("l1", "l2"))
 GOALS = {("s", "l1"), ("l2", "l1")}
 MEDIAN_GOAL_MS, WORST_GOAL_MS, RATIO_GOAL, BROADCAST_GOAL_MS = 100.0, 500.0, 2.0, 1000.0
+IDLE_CPU_GOAL = 1.0  # percent of one core while quiet, links open
 
 
 def delivery_after_quiet(root: Path, idle: float, cycles: int) -> list[Figure]:
@@ -54,8 +57,14 @@ def delivery_after_quiet(root: Path, idle: float, cycles: int) -> list[Figure]:
             nat.wait_linked(60, want=2)
             daemons = {**nat.reachable, **nat.laptops}
             samples: dict[tuple[str, str], list[float]] = {p: [] for p in PATHS}
+            idle_cpu: dict[str, float] = {}
             for cycle in range(cycles):
+                before = {n: cpu_seconds(int(d.info["pid"])) for n, d in daemons.items()}
+                t0 = time.monotonic()
                 time.sleep(idle)  # the quiet being measured: rounds back off, only keepalives cross
+                if cycle == cycles - 1:
+                    idle_cpu = {n: 100 * (cpu_seconds(int(d.info["pid"])) - before[n]) / (time.monotonic() - t0)
+                                for n, d in daemons.items()}
                 order = PATHS[cycle % len(PATHS):] + PATHS[:cycle % len(PATHS)]
                 for sender, receiver in order:
                     role = f"c{cycle}{sender}{receiver}"
@@ -73,6 +82,10 @@ def delivery_after_quiet(root: Path, idle: float, cycles: int) -> list[Figure]:
                 if path != ("s", "p"):
                     figures.append(report(Figure(f"{name} median / S -> P median", statistics.median(ms) / base, "x",
                                                  at_most(RATIO_GOAL))))
+            for n in ("l1", "s"):
+                what = "links to S and P" if n == "l1" else "holds the laptops' links"
+                figures.append(report(Figure(f"idle CPU of {n.upper()} ({what}), {idle:g} s of quiet",
+                                             idle_cpu[n], "%", at_most(IDLE_CPU_GOAL))))
         finally:
             nat.fleet.close()
     return figures
