@@ -143,3 +143,23 @@ def test_ipv4_callers_on_the_dual_stack_port_are_told_as_ipv4() -> None:
     assert plain_address("fd77:1::11") == "fd77:1::11"
     assert plain_address("10.0.0.1") == "10.0.0.1"
     assert plain_address("") == ""
+
+
+RELAYED = {"reachable": False, "setting": "auto", "relaying_for": [], "waiting": [],
+           "via": [{"address": "10.0.0.1:7733", "node_id": "ab" * 8, "name": "server", "up_for": 3.0}]}
+
+
+def test_status_and_doctor_say_who_relays_for_whom() -> None:
+    from peerd.cli.format import relay_lines  # noqa: PLC0415 - the CLI's formatting, only here
+    from peerd.doctor import relay_finding  # noqa: PLC0415
+
+    assert relay_lines(RELAYED) == ["reach   other members cannot call this one",
+                                    "relay   relayed by server (10.0.0.1:7733): they push to this member down its links"]
+    lonely = {**RELAYED, "via": [], "waiting": [{"address": "10.0.0.1:7733", "last_error": "relay full: 32"}]}
+    finding = relay_finding(lonely)
+    assert finding.status == "warn" and "relay full: 32" in finding.detail
+    server = {"reachable": True, "setting": "auto", "via": [], "waiting": [],
+              "relaying_for": [{"address": "192.0.2.7:7733", "node_id": "cd" * 8, "name": "laptop"}]}
+    assert relay_finding(server).detail == "other members can call this one; relaying for laptop"
+    assert relay_lines(server)[-1] == "relay   relaying for laptop (192.0.2.7:7733)"
+    assert relay_lines({**server, "setting": True})[0].endswith("(reachable in config.toml)")
