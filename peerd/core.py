@@ -229,7 +229,8 @@ class NodeCore:
         every op gets only those the first release takes."""
         out: list[Command] = []
         first_release: list[bytes] | None = None
-        for peer in self.table.push_targets(self.fanout, exclude=exclude, always=frozenset(self.relayed)):
+        linked = frozenset(self.relayed) if self.fanout else frozenset()  # push_fanout = 0: no pushes at all
+        for peer in self.table.push_targets(self.fanout, exclude=exclude, always=linked):
             if self.is_removed(peer):
                 continue
             if not peer.takes_every_op and first_release is None:

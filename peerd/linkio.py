@@ -193,6 +193,9 @@ async def open_ws(addr: str, path: str, *, keepalive: float, max_body: int, conn
     except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
         await session.close()
         raise TransportError(f"cannot link: {exc or type(exc).__name__}", peer=addr, kind="unreachable") from None
+    except BaseException:  # cancelled while connecting (the node stops): the session goes too
+        await session.close()
+        raise
     return WsChannel(ws, addr, session)
 
 

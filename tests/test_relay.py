@@ -9,9 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from peerd.cli.format import relay_lines
+from peerd.core import NodeCore, StartDrain, Wake
+from peerd.doctor import relay_finding
 from peerd.linkio import plain_address
-from peerd.peers import PeerTable
-from peerd.protocol import ProtocolError, encode, link, stamp
+from peerd.peers import Peer, PeerTable
+from peerd.protocol import Envelope, ProtocolError, encode, link, stamp
 from peerd.relaying import (
     REFUSED_WAIT,
     Candidate,
@@ -150,9 +153,6 @@ RELAYED = {"reachable": False, "setting": "auto", "relaying_for": [], "waiting":
 
 
 def test_status_and_doctor_say_who_relays_for_whom() -> None:
-    from peerd.cli.format import relay_lines  # noqa: PLC0415 - the CLI's formatting, only here
-    from peerd.doctor import relay_finding  # noqa: PLC0415
-
     assert relay_lines(RELAYED) == ["reach   other members cannot call this one",
                                     "relay   relayed by server (10.0.0.1:7733): they push to this member down its links"]
     lonely = {**RELAYED, "via": [], "waiting": [{"address": "10.0.0.1:7733", "last_error": "relay full: 32"}]}
@@ -163,3 +163,34 @@ def test_status_and_doctor_say_who_relays_for_whom() -> None:
     assert relay_finding(server).detail == "other members can call this one; relaying for laptop"
     assert relay_lines(server)[-1] == "relay   relaying for laptop (192.0.2.7:7733)"
     assert relay_lines({**server, "setting": True})[0].endswith("(reachable in config.toml)")
+
+
+def test_a_linked_member_is_reachable_through_its_link_and_gets_every_push_until_it_unlinks() -> None:
+    core = NodeCore(ME, fanout=1, budget=1 << 20, base=1.0, cap=15.0, rng=random.Random(1),
+                    first_release_takes=list)
+    for i in range(5):
+        core.candidate(f"10.0.0.{i}", 7733, "seed", node=bytes([i]) * 8, wire=frozenset({3}), now=0.0)
+        core.table.succeeded(core.table.peers[f"10.0.0.{i}:7733"], 0.0, None)
+    laptop = b"L" * 8
+    cmds = core.linked("192.0.2.9", Envelope(sender=laptop, port=7733, wire=frozenset({3})), 1.0)
+    assert Wake() in cmds and core.relayed == {laptop: "192.0.2.9:7733"}
+    assert core.table.peers["192.0.2.9:7733"].reachable
+    lap = core.table.peers["192.0.2.9:7733"]
+
+    def pushed_to(raw: bytes, exclude: bytes | None = None) -> list[Peer]:
+        drains = [d for d in core.push([raw], exclude=exclude) if isinstance(d, StartDrain)]
+        for d in drains:
+            while core.outbox.take(d.peer.addr) is not None:  # each drain done before the next push
+                pass
+        return [d.peer for d in drains]
+
+    for n in range(10):
+        targets = pushed_to(b"op%d" % n)
+        assert lap in targets and len(targets) == 2  # the fanout's one, and the linked member
+    assert lap not in pushed_to(b"x", exclude=laptop)  # what it sent is not sent back
+    core.fanout = 0
+    assert pushed_to(b"y") == []  # push_fanout = 0: no pushes, linked members included
+    core.fanout = 1
+    core.unlinked(laptop, "closed")
+    assert core.relayed == {}
+    assert sum(lap in pushed_to(b"z%d" % n) for n in range(30)) < 30  # one live peer among six again
