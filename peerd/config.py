@@ -225,11 +225,8 @@ def render_config(cfg: Config) -> str:
         "# NAT: keep links to reachable members, which push down them); keepalive seconds on a link;",
         "# seconds between probes (\"auto\");",
         "# links this member holds for members nobody can call, per address and in all.",
-        f"reachable = {_toml_str(cfg.reachable) if isinstance(cfg.reachable, str) else str(cfg.reachable).lower()}",
-        f"relay_keepalive = {cfg.relay_keepalive!r}",
-        f"relay_probe_interval = {cfg.relay_probe_interval!r}",
-        f"relay_links_per_address = {cfg.relay_links_per_address}",
-        f"relay_links = {cfg.relay_links}",
+        "# (Commented out while at their defaults, so that an older peerd can still read this file.)",
+        *_relay_lines(cfg),
         "",
         "# Size limits in bytes.",
         f"max_body_bytes = {cfg.max_body_bytes}",
@@ -244,6 +241,22 @@ def render_config(cfg: Config) -> str:
         lines += ["", "# Keys this fleet used before it rotated (peerd remove); kept to bring late members up to date.",
                   f"previous_fleet_keys = {_toml_list(encode_fleet_key(k) for k in cfg.previous_fleet_keys)}"]
     return "\n".join(lines) + "\n"
+
+
+def _relay_lines(cfg: Config) -> list[str]:
+    """The return path's keys, each commented out while it holds its default (peerd 0.1.0 refuses
+    keys it does not know, and a home may be run by it again)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(Config)}
+    out = []
+    for key in ("reachable", "relay_keepalive", "relay_probe_interval", "relay_links_per_address", "relay_links"):
+        value = getattr(cfg, key)
+        if isinstance(value, bool):
+            text = str(value).lower()
+        else:
+            text = _toml_str(value) if isinstance(value, str) else repr(value)
+        default = value == defaults[key] and type(value) is type(defaults[key])
+        out.append(("# " if default else "") + f"{key} = {text}")
+    return out
 
 
 def save_config(path: Path, cfg: Config) -> None:

@@ -303,8 +303,9 @@ def membership_findings(status: dict[str, Any] | None) -> list[Finding]:
     return out
 
 
-def relay_finding(relay: dict[str, Any]) -> Finding:
-    """The return path: whether other members can call this one, and who relays for whom."""
+def relay_finding(relay: dict[str, Any]) -> Finding | None:
+    """The return path: who relays for whom, and a member nobody can call that no member relays for;
+    None for a member that can be called (or is not known yet not to be) and relays for none."""
     via = ", ".join(str(r.get("name") or r["address"]) for r in relay.get("via") or [])
     served = ", ".join(str(r.get("name") or r["address"]) for r in relay.get("relaying_for") or [])
     also = f"; relaying for {served}" if served else ""
@@ -315,6 +316,8 @@ def relay_finding(relay: dict[str, Any]) -> Finding:
                        "give it a seed that other members can call (a server), or check that one runs")
     if relay.get("reachable") is False:
         return Finding("relay", OK, "", f"other members cannot call this one; relayed by {via}{also}")
+    if not served:
+        return None
     if relay.get("reachable") is None:
         return Finding("relay", OK, "", f"not known yet whether other members can call this one{also}")
     return Finding("relay", OK, "", f"other members can call this one{also}")
@@ -374,8 +377,8 @@ def run_checks(home: Path, *, timeout: float = 3.0) -> Report:
     report.findings += check_ports(cfg, status, probes.get(own) if own else None)
     add(check_mdns(cfg, status, lan_addresses() if cfg.mdns else [], probe_mdns_port() if cfg.mdns else None))
     report.findings += membership_findings(status)
-    if status is not None and isinstance(status.get("relay"), dict):
-        add(relay_finding(status["relay"]))
+    if status is not None and isinstance(status.get("relay"), dict) and (relay := relay_finding(status["relay"])):
+        add(relay)
     add(retention_finding(home, status))
     for s in seeds:
         add(seed_finding(probes[s]) if s in probes else Finding("seed", SKIP, s, "too many addresses to probe"))

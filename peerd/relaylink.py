@@ -196,9 +196,11 @@ class RelayLinks:
             self._evt.clear()
 
     def _candidates(self) -> list[Candidate]:
+        """Live peers we reach directly that may relay: not linked to us themselves, and of wire 3 or
+        later (the first release knows neither ``back`` nor links, and would log each as a refusal)."""
         core = self.node.core
         return [Candidate(p.addr, p.node, p.source) for p in core.table.live()
-                if p.node is not None and p.node not in core.relayed]
+                if p.node is not None and p.node not in core.relayed and p.takes_every_op]
 
     def _step(self, now: float) -> float | None:
         """Probe when due, drop or open links; the seconds until something is due again."""

@@ -157,12 +157,15 @@ def test_status_and_doctor_say_who_relays_for_whom() -> None:
                                     "relay   relayed by server (10.0.0.1:7733): they push to this member down its links"]
     lonely = {**RELAYED, "via": [], "waiting": [{"address": "10.0.0.1:7733", "last_error": "relay full: 32"}]}
     finding = relay_finding(lonely)
-    assert finding.status == "warn" and "relay full: 32" in finding.detail
+    assert finding is not None and finding.status == "warn" and "relay full: 32" in finding.detail
     server = {"reachable": True, "setting": "auto", "via": [], "waiting": [],
               "relaying_for": [{"address": "192.0.2.7:7733", "node_id": "cd" * 8, "name": "laptop"}]}
-    assert relay_finding(server).detail == "other members can call this one; relaying for laptop"
-    assert relay_lines(server)[-1] == "relay   relaying for laptop (192.0.2.7:7733)"
-    assert relay_lines({**server, "setting": True})[0].endswith("(reachable in config.toml)")
+    assert getattr(relay_finding(server), "detail", None) == "other members can call this one; relaying for laptop"
+    assert relay_finding({**server, "relaying_for": []}) is None
+    assert relay_lines(server) == ["reach   other members can call this one",
+                                   "relay   relaying for laptop (192.0.2.7:7733)"]
+    assert relay_lines({**server, "relaying_for": []}) == []
+    assert relay_lines({**RELAYED, "setting": False})[0].endswith("(reachable in config.toml)")
 
 
 def test_a_linked_member_is_reachable_through_its_link_and_gets_every_push_until_it_unlinks() -> None:

@@ -115,8 +115,8 @@ def format_status(d: dict[str, Any]) -> str:
 def relay_lines(relay: dict[str, Any]) -> list[str]:
     """The return path (``peerd.relaylink``): whether this member can be called, who relays for it,
     for whom it relays."""
-    if not relay:
-        return []
+    if not relay or (relay.get("reachable") is not False and not relay.get("relaying_for")):
+        return []  # nothing to say beyond the peer table: a member that can be called, relaying for none
     reach = {True: "other members can call this one", False: "other members cannot call this one",
              None: "not known yet whether other members can call this one"}[relay.get("reachable")]
     how = "" if relay.get("setting") == "auto" else " (reachable in config.toml)"
