@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import ipaddress
 import socket
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from peerd.limits import Gate
 
 ALL = ("", "::", "0.0.0.0")  # the hosts that mean every interface
 DUAL = ("", "::")  # ... of both families (dual-stack where there is IPv6); 0.0.0.0 is every IPv4 one
+NO_IPV6 = (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT)  # an IPv6 socket cannot be had here
 CLOSING = (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR)
 
 
@@ -50,15 +52,21 @@ def plain_address(host: str) -> str:
 def listening_socket(host: str, port: int) -> socket.socket:
     """A bound (not yet listening) TCP socket for the peer port; OSError when it cannot be had."""
     if host in DUAL and socket.has_ipv6:
-        sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-            sock.bind(("::", port))
+            sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+                sock.bind(("::", port))
+            except OSError:
+                sock.close()
+                raise
             return sock
-        except OSError:
-            sock.close()  # no IPv6 here: IPv4 alone
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        except OSError as exc:
+            if exc.errno not in NO_IPV6:
+                raise
+        # no IPv6 here: IPv4 alone
+    family = socket.AF_INET6 if ":" in host and host not in ALL else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -202,7 +202,7 @@ class HttpTransport:
             await self._runner.cleanup()
             self._runner = None
             raise DaemonError(
-                f"cannot listen for peers on {host}:{port}: {exc.strerror or exc}"
+                f"cannot listen for peers on {f'[{host}]' if ':' in host else host}:{port}: {exc.strerror or exc}"
                 " (is another peerd running? pick another port with --port, or 0 for any free one)"
             ) from None
         return int(self._runner.addresses[0][1])

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from peerd.cli.format import relay_lines
 from peerd.core import NodeCore, StartDrain, Wake
 from peerd.doctor import relay_finding
+from peerd.errors import DaemonError
 from peerd.linkio import plain_address
 from peerd.peers import Peer, PeerTable
 from peerd.protocol import Envelope, ProtocolError, encode, link, stamp
@@ -25,6 +26,7 @@ from peerd.relaying import (
     backoff,
     reachability,
 )
+from peerd.transport import Answer, Channel, HttpTransport
 
 ME = b"m" * 8
 
@@ -197,3 +199,38 @@ def test_a_linked_member_is_reachable_through_its_link_and_gets_every_push_until
     core.unlinked(laptop, "closed")
     assert core.relayed == {}
     assert sum(lap in pushed_to(b"z%d" % n) for n in range(30)) < 30  # one live peer among six again
+
+
+class _Recorder:
+    """A transport ``Server`` that remembers who called."""
+
+    def __init__(self) -> None:
+        self.remotes: list[str] = []
+
+    async def answer(self, body: bytes, remote: str) -> Answer:
+        self.remotes.append(remote)
+        return Answer(200, b"ok")
+
+    async def join(self, body: bytes, remote: str) -> Answer:
+        return Answer(404, b"")
+
+    def refuse(self, remote: str, why: str) -> None:
+        pass
+
+    async def link(self, channel: Channel, remote: str) -> None:
+        pass
+
+
+async def test_the_peer_port_takes_ipv4_and_ipv6_callers_by_default_and_names_a_taken_port() -> None:
+    server, rec = HttpTransport(max_body=1024, total=5), _Recorder()
+    port = await server.listen(rec, "::", 0)
+    client = HttpTransport(max_body=1024, total=5)
+    try:
+        assert (await client.post(f"127.0.0.1:{port}", b"x")).body == b"ok"
+        assert (await client.post(f"[::1]:{port}", b"x")).body == b"ok"
+        assert rec.remotes == ["127.0.0.1", "::1"]
+        with pytest.raises(DaemonError, match=rf"cannot listen for peers on \[::\]:{port}: .*in use"):
+            await HttpTransport(max_body=1024, total=5).listen(rec, "::", port)
+    finally:
+        await client.close()
+        await server.close()
