@@ -8,7 +8,8 @@ or two reachable members; they push and forward to it down that link as to any p
   decides; ``"auto"`` (the default) takes the last answer of a ``back`` probe (a reachable peer
   called our advertised address back), and None while no peer has answered one.
 * **Which members** (``Relays``): up to ``want`` links at once, to live peers we reach directly,
-  seeds first, then the ones that failed least, chance among equals. A link that fails, or is
+  seeds first, then the ones that failed least, chance among equals; a link to a member learnt
+  second hand gives way when a seed becomes free (so a laptop's links end up on its servers). A link that fails, or is
   refused, waits an exponential backoff before the same member is tried again (a refusal at
   least ``REFUSED_WAIT``), so a member whose relay died links to another at once. A member
   that turns out reachable drops every link (``set_need(False)``): ordinary pushes again.
@@ -99,18 +100,19 @@ class Relays:
         self.need = need
         return [] if need else [Drop(t.addr) for t in self.active()]
 
-    def plan(self, now: float, candidates: Sequence[Candidate]) -> list[Connect]:
-        """The members to link to now, to keep ``want`` links."""
+    def plan(self, now: float, candidates: Sequence[Candidate]) -> list[Connect | Drop]:
+        """The members to link to now, to keep ``want`` links; with every link open, the one link to
+        drop for a better member now free (a seed rather than a member learnt second hand)."""
         if not self.need:
             return []
         missing = self.want - len(self.active())
         if missing <= 0:
-            return []
+            return self._upgrade(now, candidates)
         taken = {t.node for t in self.active() if t.node is not None}
         pool = [c for c in candidates if c.node not in taken and self._free(c.addr, now)]
         self.rng.shuffle(pool)
         pool.sort(key=lambda c: (PREFERRED.get(c.source, len(PREFERRED)), self._failures(c.addr)))
-        out: list[Connect] = []
+        out: list[Connect | Drop] = []
         for c in pool:
             if len(out) == missing:
                 break
@@ -122,6 +124,16 @@ class Relays:
                 taken.add(c.node)
             out.append(Connect(c.addr))
         return out
+
+    def _upgrade(self, now: float, candidates: Sequence[Candidate]) -> list[Connect | Drop]:
+        rank = {c.addr: PREFERRED.get(c.source, len(PREFERRED)) for c in candidates}
+        up = [t for t in self.active() if t.up]
+        taken = {t.node for t in self.active()}
+        free = [rank[c.addr] for c in candidates if c.node not in taken and self._free(c.addr, now)]
+        if not up or not free:
+            return []
+        worst = max(up, key=lambda t: rank.get(t.addr, len(PREFERRED) + 1))
+        return [Drop(worst.addr)] if min(free) < rank.get(worst.addr, len(PREFERRED) + 1) else []
 
     def _free(self, addr: str, now: float) -> bool:
         t = self.targets.get(addr)

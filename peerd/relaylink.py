@@ -215,7 +215,8 @@ class RelayLinks:
                 self.node.spawn(self._probe(candidates), transient=False)
             elif not due and self.probed_at is not None:
                 waits.append(every - (now - self.probed_at))
-        for cmd in [*self.relays.set_need(self.reachable is False), *self.relays.plan(now, self._candidates())]:
+        commands: list[Connect | Drop] = [*self.relays.set_need(self.reachable is False)]
+        for cmd in [*commands, *self.relays.plan(now, self._candidates())]:
             if isinstance(cmd, Drop):
                 ch = self.channels.pop(cmd.addr, None)
                 if ch is not None:

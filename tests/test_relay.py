@@ -234,3 +234,17 @@ async def test_the_peer_port_takes_ipv4_and_ipv6_callers_by_default_and_names_a_
     finally:
         await client.close()
         await server.close()
+
+
+def test_a_link_to_a_member_learnt_second_hand_gives_way_to_a_seed() -> None:
+    r = Relays(random.Random(4), want=1)
+    r.set_need(True)
+    other = cands("x", source="exchange")
+    assert r.plan(0.0, other) == [Connect("x:1")]
+    r.up("x:1", 0.0)
+    assert r.plan(1.0, other) == []
+    assert r.plan(2.0, [*other, *cands("s")]) == [Drop("x:1")]
+    r.down("x:1", 2.0, "dropped for a seed")
+    assert r.plan(2.0, [*other, *cands("s")]) == [Connect("s:1")]
+    r.up("s:1", 2.5)
+    assert r.plan(3.0, [*other, *cands("s")]) == []  # no flapping back
