@@ -91,6 +91,18 @@ class Config:
     peer_connections_per_address: int = PEER_PER_SOURCE
     """Connections one address may hold open on the peer port (more are refused): a few nodes
     behind one NAT fit the default; raise it when many nodes share one address."""
+    reachable: bool | str = "auto"
+    """Whether other members can call this one at its address: "auto" asks a peer to try (a
+    reachability probe); false (behind NAT) keeps links to reachable members for the return path."""
+    relay_keepalive: float = 25.0
+    """Seconds between keepalives on a link to a relaying member (NAT mappings must not expire)."""
+    relay_probe_interval: float = 300.0
+    """Seconds between reachability probes with ``reachable = "auto"`` (a member that can be called
+    again drops its links at the next one)."""
+    relay_links_per_address: int = 32
+    """Links this member holds for members nobody can call, from one address (0: relay for none)."""
+    relay_links: int = 256
+    """Links this member holds for members nobody can call, in all (0: relay for none)."""
     max_body_bytes: int = 4 * MiB
     """Largest peer request or response body accepted."""
     page_bytes: int = MiB
@@ -209,6 +221,13 @@ def render_config(cfg: Config) -> str:
         "# Connections one address may hold open on the peer port.",
         f"peer_connections_per_address = {cfg.peer_connections_per_address}",
         "",
+        '# Whether other members can call this one: "auto" (a peer tries), true, or false (behind',
+        "# NAT: keep links to reachable members, which push down them); keepalive seconds on a link;",
+        "# seconds between probes (\"auto\");",
+        "# links this member holds for members nobody can call, per address and in all.",
+        "# (Commented out while at their defaults, so that an older peerd can still read this file.)",
+        *_relay_lines(cfg),
+        "",
         "# Size limits in bytes.",
         f"max_body_bytes = {cfg.max_body_bytes}",
         f"page_bytes = {cfg.page_bytes}",
@@ -222,6 +241,22 @@ def render_config(cfg: Config) -> str:
         lines += ["", "# Keys this fleet used before it rotated (peerd remove); kept to bring late members up to date.",
                   f"previous_fleet_keys = {_toml_list(encode_fleet_key(k) for k in cfg.previous_fleet_keys)}"]
     return "\n".join(lines) + "\n"
+
+
+def _relay_lines(cfg: Config) -> list[str]:
+    """The return path's keys, each commented out while it holds its default (peerd 0.1.0 refuses
+    keys it does not know, and a home may be run by it again)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(Config)}
+    out = []
+    for key in ("reachable", "relay_keepalive", "relay_probe_interval", "relay_links_per_address", "relay_links"):
+        value = getattr(cfg, key)
+        if isinstance(value, bool):
+            text = str(value).lower()
+        else:
+            text = _toml_str(value) if isinstance(value, str) else repr(value)
+        default = value == defaults[key] and type(value) is type(defaults[key])
+        out.append(("# " if default else "") + f"{key} = {text}")
+    return out
 
 
 def save_config(path: Path, cfg: Config) -> None:

@@ -79,6 +79,7 @@ def check(cfg: Config) -> None:
     _check_intervals(cfg)
     _check_int("push_fanout", cfg.push_fanout, 0, 1000)
     _check_int("peer_connections_per_address", cfg.peer_connections_per_address, 1, PEER_CONNECTIONS)
+    _check_relay(cfg)
     _check_sizes(cfg)
     _check_int("broadcast_history_days", cfg.broadcast_history_days, 0, MAX_HISTORY_DAYS)
     _check_previous(cfg)
@@ -149,6 +150,27 @@ def _check_mdns_interfaces(cfg: Config) -> None:
         if not isinstance(item, str) or not item.strip() or not item.isprintable():
             raise ConfigError(f"mdns_interfaces[{i}]: expected a non-empty string")
     object.__setattr__(cfg, "mdns_interfaces", tuple(value))
+
+
+RELAY_KEEPALIVE_RANGE = (0.2, 600.0)
+RELAY_PROBE_RANGE = (1.0, 86_400.0)
+MAX_RELAY_LINKS = 10_000
+
+
+def _check_relay(cfg: Config) -> None:
+    """``reachable``: true, false or "auto"; the keepalive a number of seconds; the caps counts."""
+    if cfg.reachable != "auto" and not isinstance(cfg.reachable, bool):
+        raise ConfigError(f'reachable: expected true, false or "auto", got {type_name(cfg.reachable)}'
+                          + (f" {cfg.reachable!r}" if isinstance(cfg.reachable, str) else ""))
+    for key, (low, high) in (("relay_keepalive", RELAY_KEEPALIVE_RANGE), ("relay_probe_interval", RELAY_PROBE_RANGE)):
+        value: object = getattr(cfg, key)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise ConfigError(f"{key}: expected a number of seconds, got {type_name(value)}")
+        if not (math.isfinite(value) and low <= value <= high):
+            raise ConfigError(f"{key}: must be from {low:g} to {high:g} seconds, got {value}")
+        object.__setattr__(cfg, key, float(value))
+    _check_int("relay_links_per_address", cfg.relay_links_per_address, 0, MAX_RELAY_LINKS)
+    _check_int("relay_links", cfg.relay_links, 0, MAX_RELAY_LINKS)
 
 
 def _check_intervals(cfg: Config) -> None:

@@ -93,6 +93,7 @@ class NodeCore:
         self.counters = dict.fromkeys(COUNTERS, 0)
         self.removed: frozenset[bytes] = frozenset()  # short ids of nodes removed from the fleet
         self.own_ahead: OwnAhead | None = None
+        self.relayed: dict[bytes, str] = {}  # nodes holding a link to us (the return path) -> their address
         self._first_release_takes = first_release_takes
         self._in_round: set[str] = set()
         self._reported: set[tuple[str, str]] = set()
@@ -192,6 +193,35 @@ class NodeCore:
         self.table.peers.clear()
         self.outbox.clear()
 
+    # -- the return path (``peerd.relaying``) ---------------------------------------------------
+
+    def linked(self, host: str, env: Envelope, now: float) -> list[Command]:
+        """A member nobody can call opened a link to us: its row is reachable (through the link),
+        and every push and forward includes it from now on."""
+        if env.sender is None or env.port is None:
+            return []
+        out = self.candidate(host, env.port, "inbound", node=env.sender, wire=env.wire, now=now)
+        peer = self.table.peers.get(Peer(host, env.port, "inbound").addr)
+        if peer is None:
+            return out
+        self.table.succeeded(peer, now, env.sender)
+        self.relayed[env.sender] = peer.addr
+        return [*out, Say(logging.INFO, f"relaying for {peer.addr} (node {env.sender.hex()}): it cannot be "
+                                        "called, it keeps a link to us"), Wake()]
+
+    def unlinked(self, node: bytes, why: str) -> list[Command]:
+        addr = self.relayed.pop(node, None)
+        if addr is None:
+            return []
+        return [Say(logging.INFO, f"no longer relaying for {addr} (node {node.hex()}): {clip(why)}")]
+
+    def round_now(self, peer: Peer) -> list[Command]:
+        """A round with ``peer`` at once (a link just came up: catch up on what it carried not)."""
+        if peer.addr in self._in_round or self.is_removed(peer):
+            return []
+        self._in_round.add(peer.addr)
+        return [StartRound(peer, exchange=False)]
+
     # -- pushes ------------------------------------------------------------------------------------
 
     def push(self, raws: list[bytes], exclude: bytes | None) -> list[Command]:
@@ -199,7 +229,8 @@ class NodeCore:
         every op gets only those the first release takes."""
         out: list[Command] = []
         first_release: list[bytes] | None = None
-        for peer in self.table.push_targets(self.fanout, exclude=exclude):
+        linked = frozenset(self.relayed) if self.fanout else frozenset()  # push_fanout = 0: no pushes at all
+        for peer in self.table.push_targets(self.fanout, exclude=exclude, always=linked):
             if self.is_removed(peer):
                 continue
             if not peer.takes_every_op and first_release is None:

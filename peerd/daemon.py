@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from discovery.seeds import format_seed
 from mcp_server.wiring import Wiring
 from peerd import home as homes
 from peerd.config import Config, load_config, save_config
@@ -58,7 +59,7 @@ def _mcp_app(node: Node) -> McpBuilder:
 
 
 class Daemon:
-    def __init__(self, home: Path, cfg: Config, *, bind: str = "0.0.0.0", advertise: str = "127.0.0.1") -> None:
+    def __init__(self, home: Path, cfg: Config, *, bind: str = "::", advertise: str = "127.0.0.1") -> None:
         self.home = home
         self.cfg = cfg
         self.bind = bind
@@ -101,7 +102,7 @@ class Daemon:
         self.info = {
             "pid": os.getpid(), "node_id": self.rep.node_id, "name": self.cfg.name,
             "fleet_id": self.cfg.fleet_id, "home": str(self.home),
-            "peer_port": self.node.peer_port, "peer_url": f"http://{self.advertise}:{self.node.peer_port}",
+            "peer_port": self.node.peer_port, "peer_url": f"http://{format_seed(self.advertise, self.node.peer_port)}",
         }
         self.info["fleet_id"] = self.node.keys.fleet_id
         app = build_app([*build_routes(self.node, self.info), *pairing_routes(self.node, self.reload)],
@@ -185,7 +186,7 @@ def quiet_library_logs() -> None:
         uvicorn_log.addFilter(RateFilter(LOCAL_REFUSALS))
 
 
-async def run(home: Path, cfg: Config, *, bind: str = "0.0.0.0", advertise: str = "127.0.0.1",
+async def run(home: Path, cfg: Config, *, bind: str = "::", advertise: str = "127.0.0.1",
               on_ready: Callable[[dict[str, Any]], None] | None = None) -> None:
     """Serve until SIGTERM or SIGINT; once ready, print the ready line, then call ``on_ready``."""
     limit_arenas()  # before the first worker thread (peerd.memory)

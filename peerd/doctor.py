@@ -308,6 +308,26 @@ def membership_findings(status: dict[str, Any] | None) -> list[Finding]:
     return out
 
 
+def relay_finding(relay: dict[str, Any]) -> Finding | None:
+    """The return path: who relays for whom, and a member nobody can call that no member relays for;
+    None for a member that can be called (or is not known yet not to be) and relays for none."""
+    via = ", ".join(str(r.get("name") or r["address"]) for r in relay.get("via") or [])
+    served = ", ".join(str(r.get("name") or r["address"]) for r in relay.get("relaying_for") or [])
+    also = f"; relaying for {served}" if served else ""
+    if relay.get("reachable") is False and not via:
+        waits = "; ".join(f"{w['address']}: {w['last_error']}" for w in relay.get("waiting") or [])
+        return Finding("relay", WARN, "", "other members cannot call this one and no reachable member holds a link "
+                       f"for it yet: its mail waits for its own rounds{'; ' + waits if waits else ''}{also}",
+                       "give it a seed that other members can call (a server), or check that one runs")
+    if relay.get("reachable") is False:
+        return Finding("relay", OK, "", f"other members cannot call this one; relayed by {via}{also}")
+    if not served:
+        return None
+    if relay.get("reachable") is None:
+        return Finding("relay", OK, "", f"not known yet whether other members can call this one{also}")
+    return Finding("relay", OK, "", f"other members can call this one{also}")
+
+
 def retention_finding(home: Path, status: dict[str, Any] | None) -> Finding:
     """The fleet's horizon and the last purge here: from the daemon, else from the file (read-only)."""
     state = (status or {}).get("retention")
@@ -362,6 +382,8 @@ def run_checks(home: Path, *, timeout: float = 3.0) -> Report:
     report.findings += check_ports(cfg, status, probes.get(own) if own else None)
     add(check_mdns(cfg, status, lan_addresses() if cfg.mdns else [], probe_mdns_port() if cfg.mdns else None))
     report.findings += membership_findings(status)
+    if status is not None and isinstance(status.get("relay"), dict) and (relay := relay_finding(status["relay"])):
+        add(relay)
     add(retention_finding(home, status))
     for s in seeds:
         add(seed_finding(probes[s]) if s in probes else Finding("seed", SKIP, s, "too many addresses to probe"))

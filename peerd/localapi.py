@@ -65,6 +65,7 @@ async def status(node: Node, info: dict[str, Any]) -> dict[str, Any]:
         "waiting": node.waiter.waiting,
         "catchup": node.catchup_report(),
         "snapshot": node.snapshots.status(),
+        "relay": node.relay.report(),
         "own_history_ahead": None if node.own_ahead is None else node.own_ahead.to_dict(),
         "mdns": None if node.mdns is None else {"active": node.mdns.active, "announced": node.mdns.announced,
                                                  "problem": node.mdns.problem},

@@ -18,16 +18,19 @@ from discovery.netif import LocalAddress, read_local_addresses
 UNSPECIFIED = ("0.0.0.0", "::", "")  # the bind-all addresses
 LOOPBACK = "127.0.0.1"
 _ROUTE_PROBE = ("192.0.2.1", 9)  # TEST-NET-1: connect() picks a route, no packet is sent
+_ROUTE_PROBE6 = ("2001:db8::1", 9)  # the IPv6 documentation prefix, for a machine with IPv6 alone
 
 
 def _routed_source() -> str | None:
-    """The source address of the default route, or None without one."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    """The source address of the default route (IPv4's, else IPv6's), or None without one."""
+    for family, probe in ((socket.AF_INET, _ROUTE_PROBE), (socket.AF_INET6, _ROUTE_PROBE6)):
         try:
-            s.connect(_ROUTE_PROBE)
+            with socket.socket(family, socket.SOCK_DGRAM) as s:
+                s.connect(probe)
+                return str(s.getsockname()[0])
         except OSError:
-            return None
-        return str(s.getsockname()[0])
+            continue
+    return None
 
 
 def pick_address(routed: str | None, local: Sequence[LocalAddress]) -> str:

@@ -42,6 +42,7 @@ from peerd.following import Following
 from peerd.indexer import keep_indexed
 from peerd.nodebase import Offload
 from peerd.protocol import versions
+from peerd.relaylink import RelayLinks
 from peerd.retaining import keep_retention
 from peerd.serving import Serving
 from peerd.snapshotting import Snapshotting
@@ -65,7 +66,7 @@ def http_transport(cfg: Config) -> HttpTransport:
 
 
 class Node(Serving, Talking, Following):
-    def __init__(self, cfg: Config, rep: Replica, *, bind: str = "0.0.0.0", transport: Transport | None = None,
+    def __init__(self, cfg: Config, rep: Replica, *, bind: str = "::", transport: Transport | None = None,
                  wiring: Wiring | None = None, home: Path | None = None, clock: Clock | None = None,
                  rng: random.Random | None = None, offload: Offload | None = None) -> None:
         """``wiring`` is the process's change feed over ``rep`` and its waiter (the daemon's feed
@@ -75,6 +76,7 @@ class Node(Serving, Talking, Following):
         super().__init__(cfg, rep, transport or http_transport(cfg), bind=bind, wiring=wiring, home=home,
                          clock=clock, rng=rng, offload=offload)
         self.snapshots = Snapshotting(self)  # taking, serving and checking snapshots (peerd.snapshotting)
+        self.relay = RelayLinks(self)  # the return path: links for members nobody can call (peerd.relaylink)
         self._unsubscribe = self.feed.subscribe(self._on_replica_change)
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -89,6 +91,7 @@ class Node(Serving, Talking, Following):
         await self._start_discovery()
         self.spawn(self._gossip())
         self.spawn(self._pusher())
+        self.spawn(self.relay.keep())
         self.spawn(keep_indexed(self.rep, self.waiter, sleep=self.clock.sleep, offload=self.offload,
                                 hold=self.snapshots.idle))
         self.snapshots.start()
@@ -123,6 +126,7 @@ class Node(Serving, Talking, Following):
         """Stop talking first, then say goodbye on mDNS: a request after the goodbye would
         make peers think we are back."""
         self._unsubscribe()
+        await self.relay.close()  # open links would hold the peer server's shutdown
         self.waiter.close()
         if self._own_feed:
             self.feed.close()
@@ -197,7 +201,14 @@ class Node(Serving, Talking, Following):
         """The peer table for people: our vector is read off the loop, the table on it."""
         ours = await self.our_vector()
         now = self.clock.now()
-        return [p.to_dict(ours, now) for p in sorted(self.core.table.peers.values(), key=lambda p: p.addr)]
+        via = {t.addr for t in self.relay.relays.via()}
+        rows = []
+        for p in sorted(self.core.table.peers.values(), key=lambda p: p.addr):
+            row = p.to_dict(ours, now)
+            row["relay"] = ("relays for us" if p.addr in via else
+                            "we relay for it" if p.node in self.core.relayed else None)
+            rows.append(row)
+        return rows
 
     def catchup_report(self) -> dict[str, Any] | None:
         """The catch-up in flight, for people (None when there is none)."""

@@ -39,6 +39,7 @@ from replica import Replica
 if TYPE_CHECKING:
     from discovery import SeedSource
     from discovery.mdns import MdnsSource
+    from peerd.relaylink import RelayLinks
     from peerd.snapshotting import Snapshotting
 
 log = logging.getLogger("peerd.node")
@@ -49,6 +50,7 @@ Offload = Callable[..., Awaitable[Any]]  # runs a blocking call off the loop: as
 
 class NodeBase:
     snapshots: Snapshotting  # made by ``Node`` (it needs the whole node)
+    relay: RelayLinks  # the return path (``peerd.relaylink``), made by ``Node`` too
 
     def __init__(self, cfg: Config, rep: Replica, transport: Transport, *, bind: str, wiring: Wiring | None,
                  home: Path | None, clock: Clock | None, rng: random.Random | None,

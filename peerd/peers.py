@@ -195,11 +195,16 @@ class PeerTable:
         self.rng.shuffle(retry)
         return fresh + live[: max(0, k - len(fresh))] + retry[:1]
 
-    def push_targets(self, k: int, exclude: bytes | None = None) -> list[Peer]:
-        """Up to ``k`` random live peers for push on write."""
+    def push_targets(self, k: int, exclude: bytes | None = None, always: frozenset[bytes] = frozenset()) -> list[Peer]:
+        """Up to ``k`` random live peers for push on write, plus one row of each live node in
+        ``always`` (the members we relay for: nobody else can reach them)."""
         live = [p for p in self.live() if exclude is None or p.node != exclude]
         self.rng.shuffle(live)
-        return live[:k]
+        linked: dict[bytes, Peer] = {}
+        for p in live:
+            if p.node is not None and p.node in always:
+                linked.setdefault(p.node, p)
+        return list(linked.values()) + [p for p in live if p.node not in always][:k]
 
     def exchange_records(self, now: float) -> list[PeerRecord]:
         """The peers we would tell another node about: the reachable ones."""

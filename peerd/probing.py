@@ -143,6 +143,9 @@ def peer_finding(p: Probe, row: dict[str, Any]) -> Finding:
     view = f"found by {row.get('found_by')}, lag {row.get('lag') if row.get('lag') is not None else '?'}"
     if p.ok:
         return Finding("peer", OK, p.address, f"{p.detail}; {view}")
+    if row.get("relay") == "we relay for it":  # nobody can call it; it keeps a link to us (peerd.relaylink)
+        return Finding("peer", OK, p.address, f"cannot be called at its address ({p.detail}), but keeps a link to "
+                       f"this member, which relays for it; {view}")
     status = FAIL if p.kind == "wrong-fleet" else WARN
     daemon = f"; the daemon's last error: {row['last_error']}" if row.get("last_error") else ""
     return Finding("peer", status, p.address, f"{p.detail} ({view}){daemon}", _PROBE_FIX.get(p.kind))

@@ -24,7 +24,7 @@ from peerd.errors import SealError
 from peerd.nodebase import NodeBase
 from peerd.protocol import Msg, ProtocolError, answers
 from peerd.ratelog import summary
-from peerd.transport import Answer
+from peerd.transport import Answer, Channel
 from replica.errors import RemoteError, StoreError
 
 log = logging.getLogger("peerd.node")
@@ -54,7 +54,7 @@ class Serving(NodeBase):
         except ProtocolError as exc:
             return self._error(remote, exc, key)
         self.run(self.core.inbound(remote, req.envelope, self.clock.now()))
-        if (early := await self.snapshots.answer(req, remote)) is not None:  # snapshots; rounds while taking one
+        if (early := await self._early(req, remote)) is not None:
             return self._sealed(*early, key=key)
         try:
             out = await self.offload(protocol.dispatch, self.rep, req, self._here(req))
@@ -68,6 +68,20 @@ class Serving(NodeBase):
             await self.refresh_keys()
         self.run(self.core.recovered("our replica", "store"))
         return self._sealed(out.reply, key=key)
+
+    async def _early(self, req: protocol.Request, remote: str) -> tuple[Msg, int] | None:
+        """What the node answers itself: a ``back`` probe (``peerd.relaylink`` calls the caller
+        back), snapshots and rounds while taking one (``peerd.snapshotting``)."""
+        if req.kind == protocol.BACK:
+            return await self.relay.answer_back(remote, req), answers.OK
+        return await self.snapshots.answer(req, remote)
+
+    async def link(self, channel: Channel, remote: str) -> None:
+        """A link a member nobody can call opened to us (the transport's ``Server``)."""
+        try:
+            await self.relay.serve(channel, remote)
+        except Exception as exc:
+            self.run(self.core.bug("holding a relay link", exc))
 
     async def join(self, body: bytes, remote: str) -> Answer:
         """An unsealed join request (``POST /v1/join``): the pairing host answers it; a store failure

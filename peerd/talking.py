@@ -55,7 +55,9 @@ class Talking(NodeBase):
 
     async def _send(self, peer: Peer, msg: Msg) -> answers.Meaning:
         body = self.keys.seal(protocol.encode(protocol.stamp(msg, me=self.me, port=self.peer_port)))
-        return self._read(peer, await self.transport.post(peer.addr, body))
+        linked = self.relay.link_for(peer.node)  # a member nobody can call: down its link to us
+        answer = await (linked.call(body) if linked is not None else self.transport.post(peer.addr, body))
+        return self._read(peer, answer)
 
     def _read(self, peer: Peer, answer: Answer) -> answers.Meaning:
         """What an answer means; the versions it states go to the peer table first."""
@@ -178,6 +180,7 @@ class Talking(NodeBase):
             self.run(self.core.peer_failed(peer, "sync", exc, self.clock.now()))
         finally:
             self.core.round_over(peer, found_work=found_work)
+            self.relay.poke()  # a peer that answers may be one to link to, or to ask for a call back
 
     async def _drain(self, peer: Peer) -> None:
         """Send the peer's queued ops, a batch at a time, until its queue is empty."""

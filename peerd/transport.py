@@ -50,9 +50,11 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from peerd.errors import DaemonError, TransportError
 from peerd.limits import PEER_PER_SOURCE, Gate, open_file_limit, peer_caps
+from peerd.linkio import GatedSite, open_ws, plain_address, serve_ws
 
 PATH = "/v1"
 JOIN_PATH = "/v1/join"
+LINK_PATH = "/v1/link"  # the return path's links (``peerd.protocol.link`` states the same path)
 JOIN_MAX_BODY = 2048
 READ_CHUNK = 65536
 
@@ -75,6 +77,24 @@ class Server(Protocol):
         """A request or connection the transport turned away itself (too large, too slow, over the
         connection cap, malformed HTTP), for the server's log and counters."""
 
+    async def link(self, channel: Channel, remote: str) -> None:
+        """A link a member opened (``GET /v1/link``): held until this returns."""
+
+
+class Channel(Protocol):
+    """A long-lived two-way link carrying opaque binary frames (a WebSocket over HTTP)."""
+
+    close_code: int | None
+    close_reason: str
+
+    async def send(self, data: bytes) -> None:
+        """One frame; TransportError when the link is gone."""
+
+    async def receive(self) -> bytes | None:
+        """The next frame, or None once the link is closed (``close_code`` then says how)."""
+
+    async def close(self, code: int = 1000, reason: str = "") -> None: ...
+
 
 class Transport(Protocol):
     async def listen(self, server: Server, host: str, port: int) -> int:
@@ -82,6 +102,10 @@ class Transport(Protocol):
 
     async def post(self, addr: str, body: bytes, path: str = PATH) -> Answer:
         """One request to ``addr`` (``host:port``); TransportError when no answer comes."""
+
+    async def open_link(self, addr: str, keepalive: float) -> Channel:
+        """A link to ``addr``'s peer port, kept alive every ``keepalive`` seconds; TransportError
+        when it cannot be opened."""
 
     async def close(self) -> None:
         """Stop serving and close every connection."""
@@ -109,73 +133,6 @@ class ServeLimits:
     def for_open_files(cls, soft_nofile: int | None = None, per_source: int = PEER_PER_SOURCE) -> ServeLimits:
         total, per_source = peer_caps(open_file_limit() if soft_nofile is None else soft_nofile, per_source)
         return cls(total, per_source)
-
-
-class _Admitted(asyncio.Protocol):
-    """One connection, wrapped around aiohttp's protocol: admitted through the gate at once,
-    or closed at once (its file descriptor given back) when its source or the port is full."""
-
-    def __init__(self, inner: asyncio.Protocol, gate: Gate, refused: Callable[[str], None]) -> None:
-        self.inner = inner
-        self.gate = gate
-        self.refused = refused
-        self.source = ""
-        self.admitted = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        peer = transport.get_extra_info("peername")
-        self.source = str(peer[0]) if isinstance(peer, tuple) and peer else ""
-        if not self.gate.admit(self.source):
-            assert isinstance(transport, asyncio.Transport)
-            transport.abort()
-            self.refused(self.source)
-            return
-        self.admitted = True
-        self.inner.connection_made(transport)
-
-    def data_received(self, data: bytes) -> None:
-        if self.admitted:
-            self.inner.data_received(data)
-
-    def eof_received(self) -> bool | None:
-        return self.inner.eof_received() if self.admitted else None
-
-    def pause_writing(self) -> None:
-        if self.admitted:
-            self.inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        if self.admitted:
-            self.inner.resume_writing()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.admitted:
-            self.admitted = False
-            self.gate.release(self.source)
-            self.inner.connection_lost(exc)
-
-
-class _GatedSite(web.BaseSite):
-    """A TCP site whose connections pass a ``Gate`` before aiohttp sees them."""
-
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, gate: Gate,
-                 refused: Callable[[str], None]) -> None:
-        super().__init__(runner, backlog=128)
-        self._host, self._port = host, port
-        self.gate = gate
-        self._refused = refused
-
-    @property
-    def name(self) -> str:
-        return f"http://{self._host}:{self._port}"
-
-    async def start(self) -> None:
-        await super().start()
-        server = self._runner.server
-        assert server is not None
-        self._server = await asyncio.get_running_loop().create_server(
-            lambda: _Admitted(server(), self.gate, self._refused), self._host, self._port,
-            backlog=self._backlog, reuse_address=True)
 
 
 class _ServerLog(logging.LoggerAdapter[logging.Logger]):
@@ -226,6 +183,7 @@ class HttpTransport:
                               middlewares=[bounded_body(server.refuse, self.max_body, limits.body_timeout)])
         app.router.add_post(PATH, self._handler(server))
         app.router.add_post(JOIN_PATH, self._join_handler(server))
+        app.router.add_get(LINK_PATH, self._link_handler(server))
         self._runner = web.AppRunner(
             app, access_log=None, handle_signals=False, logger=_ServerLog(server.refuse),
             keepalive_timeout=limits.head_timeout,  # aiohttp drops a connection still awaiting a head then
@@ -234,7 +192,7 @@ class HttpTransport:
         )
         await self._runner.setup()
         gate = self.gate = Gate(limits.max_connections, limits.per_source)
-        site = _GatedSite(self._runner, host, port, gate,
+        site = GatedSite(self._runner, host, port, gate,
                           lambda source: server.refuse(source, "too many connections from this address"
                                                        if gate.held(source) >= gate.per_source
                                                        else "the peer port is full"))
@@ -244,7 +202,7 @@ class HttpTransport:
             await self._runner.cleanup()
             self._runner = None
             raise DaemonError(
-                f"cannot listen for peers on {host}:{port}: {exc.strerror or exc}"
+                f"cannot listen for peers on {f'[{host}]' if ':' in host else host}:{port}: {exc.strerror or exc}"
                 " (is another peerd running? pick another port with --port, or 0 for any free one)"
             ) from None
         return int(self._runner.addresses[0][1])
@@ -252,7 +210,7 @@ class HttpTransport:
     @staticmethod
     def _handler(server: Server) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def handle(request: web.Request) -> web.StreamResponse:
-            answer = await server.answer(await request.read(), request.remote or "")  # read already: cached
+            answer = await server.answer(await request.read(), plain_address(request.remote or ""))  # read: cached
             if answer.status == 403:
                 return web.Response(status=403, text=answer.body.decode(errors="replace"))
             return web.Response(status=answer.status, body=answer.body, content_type="application/octet-stream")
@@ -266,10 +224,23 @@ class HttpTransport:
             if len(body) > JOIN_MAX_BODY:
                 server.refuse(request.remote or "", f"join request over the {JOIN_MAX_BODY}-byte limit")
                 return web.Response(status=413, text="join request too large")
-            answer = await server.join(body, request.remote or "")
+            answer = await server.join(body, plain_address(request.remote or ""))
             return web.Response(status=answer.status, body=answer.body, content_type="application/octet-stream")
 
         return handle
+
+    def _link_handler(self, server: Server) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            ws, channel = await serve_ws(request, self.max_body)
+            await server.link(channel, channel.peer)
+            await channel.close()
+            return ws
+
+        return handle
+
+    async def open_link(self, addr: str, keepalive: float) -> Channel:
+        return await open_ws(addr, LINK_PATH, keepalive=keepalive, max_body=self.max_body,
+                             connect=self._timeout.connect or 3.0)
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -432,6 +403,9 @@ class MemoryTransport:
         if path == JOIN_PATH:
             return await server.join(bytes(body), self.host)
         return await server.answer(bytes(body), self.host)
+
+    async def open_link(self, addr: str, keepalive: float) -> Channel:
+        raise TransportError("links are not carried in memory", peer=addr, kind="not-peerd")
 
     async def close(self) -> None:
         self.network.servers.pop(self.addr, None)

@@ -258,8 +258,10 @@ class Daemon:
         log_level: str = "info",
         mdns: bool = False,
         executable: Path = PEERD,
+        config: dict[str, Any] | None = None,
     ) -> None:
         self.name = name
+        self.config = dict(config or {})  # config.toml keys written after `peerd init`
         self.home = home
         self.port = port
         self.fleet_key = fleet_key
@@ -284,8 +286,8 @@ class Daemon:
 
     @property
     def addr(self) -> str:
-        """``host:port`` of the peer port, as other daemons are seeded with it."""
-        return f"{self.host}:{self.port}"
+        """``host:port`` of the peer port, as other daemons are seeded with it (``[host]:port`` for IPv6)."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
     @property
     def peer_url(self) -> str:
@@ -332,6 +334,19 @@ class Daemon:
         for seed in self.seeds:
             argv += ["--seed", seed]
         return argv
+
+    def write_config(self) -> None:
+        """Set ``self.config``'s keys in config.toml (each replaces the line ``peerd init`` wrote)."""
+        path = self.home / "config.toml"
+        lines = path.read_text().splitlines()
+        for key, value in self.config.items():
+            line = f"{key} = {json.dumps(value)}"
+            at = [i for i, old in enumerate(lines) if old.split("=", 1)[0].strip() == key]
+            if at:
+                lines[at[0]] = line
+            else:
+                lines.append(line)
+        path.write_text("\n".join(lines) + "\n")
 
     def spawn(self) -> None:
         """Start ``peerd run`` (without waiting for it to be ready): its log to the log file, its
@@ -534,6 +549,8 @@ class Fleet:
             if proc.returncode != 0:
                 raise DaemonFailed(f"peerd init of {d.name} failed ({proc.returncode}): {out.decode(errors='replace')}")
             d.initialised = True
+            if d.config:
+                d.write_config()
 
     def start(self, *daemons: Daemon) -> None:
         """Initialise and start the given daemons (default: all not running) in parallel; returns

@@ -24,8 +24,9 @@ Invariants:
 - Every namespace is named ``pdt<pid>x<lab>-<label>``, so labs of parallel
   test runs never collide, and a lab's start removes namespaces (and any
   root links) whose owning pid no longer runs: leftovers of a crashed run.
-- Addresses come from 10.77.<lan>.0/24: the router (if any) is ``.1``,
-  nodes count up from ``.11``. Each LAN is one broadcast and multicast
+- Addresses come from 10.77.<lan>.0/24 (fd77:<lan>::/64 for a node attached
+  with ``ipv6=True``, which then has no IPv4 address but loopback): the router
+  (if any) is ``.1``, nodes count up from ``.11``. Each LAN is one broadcast and multicast
   domain (bridge multicast snooping off); LANs are joined only through a
   router namespace, which forwards unicast and never multicast.
 - ``close`` always runs (context manager / fixture teardown): it stops the
@@ -69,6 +70,10 @@ class Lan:
 
     def address(self, host: int) -> str:
         return f"10.77.{self.index}.{host}"
+
+    def address6(self, host: int) -> str:
+        """The IPv6 address a node attached with ``ipv6=True`` gets (fd77:<lan>::<host>/64)."""
+        return f"fd77:{self.index}::{host}"
 
 
 @dataclass
@@ -206,17 +211,21 @@ class NetnsLab:
         self.nodes.append(node)
         return node
 
-    def attach(self, node: Node, lan: Lan, host: int | None = None, ifname: str = "") -> str:
-        """Wire ``node`` to ``lan`` with a veth pair; return its address on that LAN."""
+    def attach(self, node: Node, lan: Lan, host: int | None = None, ifname: str = "", *, ipv6: bool = False) -> str:
+        """Wire ``node`` to ``lan`` with a veth pair; return its address on that LAN (with
+        ``ipv6``: its only address there is ``lan.address6(host)``, usable at once)."""
         if host is None:
             host = next(self._next_host.setdefault(lan.index, itertools.count(11)))
         ifname = ifname or f"eth{len(node.addresses)}"
         port = f"p{next(self._ports)}"
-        address = lan.address(host)
+        address = lan.address6(host) if ipv6 else lan.address(host)
         _ip("-n", self.switch, "link", "add", port, "type", "veth",
             "peer", "name", ifname, "netns", node.netns)
         _ip("-n", self.switch, "link", "set", port, "master", lan.bridge, "up")
-        _ip("-n", node.netns, "addr", "add", f"{address}/24", "dev", ifname)
+        if ipv6:
+            _ip("-n", node.netns, "addr", "add", f"{address}/64", "dev", ifname, "nodad")
+        else:
+            _ip("-n", node.netns, "addr", "add", f"{address}/24", "dev", ifname)
         _ip("-n", node.netns, "link", "set", ifname, "up")
         node.addresses[lan.index] = address
         return address

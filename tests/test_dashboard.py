@@ -221,6 +221,23 @@ def test_dashboard_shows_fleet_news(fleet: Fleet, page: Page) -> None:
     assert "This node was removed from the fleet" in page.locator("#fleet-news").inner_text()
 
 
+def test_dashboard_shows_who_relays_for_whom(fleet: Fleet, page: Page) -> None:
+    """A member nobody can call says which member relays for it; that member's page says for whom it
+    relays, and its peer row is marked."""
+    s = fleet.add("s")
+    lap = fleet.add("lap", seeds=[s], config={"reachable": False})
+    fleet.start(s, lap)
+    wait_until(lambda: lap.status()["relay"]["via"], SPREAD, "lap linked to s")
+    page.goto(lap.info["local_url"] + "/dashboard")
+    page.locator("#fleet-news:not([hidden])").wait_for()
+    assert f"relayed by s ({s.addr})" in page.locator("#fleet-news").inner_text()
+    page.goto(s.info["local_url"] + "/dashboard")
+    page.locator("#fleet-news:not([hidden])").wait_for()
+    assert "Relaying for lap" in page.locator("#fleet-news").inner_text()
+    page.locator("#peers .relay").wait_for()
+    assert page.locator("#peers .relay").inner_text() == "we relay for it"
+
+
 # -- the routes behind the page ----------------------------------------------------------------------
 
 

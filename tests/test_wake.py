@@ -211,14 +211,16 @@ def test_daemon_pushes_an_op_written_by_another_process(fleet: Fleet) -> None:
 
 
 async def test_node_runs_no_periodic_watch_task(tmp_path: Path) -> None:
-    """A running node's background tasks are the gossip schedule, the pusher, the indexer, the purger and
-    the check of what snapshots let through: none polls the database; its pusher is woken by the feed."""
+    """A running node's background tasks are the gossip schedule, the pusher, the indexer, the purger,
+    the check of what snapshots let through and the keeper of relay links (woken by rounds and links,
+    ``peerd.relaylink``): none polls the database; its pusher is woken by the feed."""
     with Replica.open(tmp_path / "replica.db") as rep:
         node = Node(Config(name="n", fleet_key=b"k" * 32, port=0, local_port=0, mdns=False), rep, bind="127.0.0.1")
         await node.start()
         try:
             names = {getattr(t.get_coro(), "__qualname__", None) for t in node._tasks}
-            assert names == {"Node._gossip", "Node._pusher", "keep_indexed", "keep_retention", "Snapshotting._check_loop"}
+            assert names == {"Node._gossip", "Node._pusher", "keep_indexed", "keep_retention", "Snapshotting._check_loop",
+                             "RelayLinks.keep"}
             assert not hasattr(node, "_watch")
         finally:
             await node.stop()

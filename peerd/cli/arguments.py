@@ -44,7 +44,8 @@ def run_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--local-port", type=int, help="local port for MCP, the API and the dashboard (0 picks a free one)")
     s.add_argument("--seed", action="append", metavar="HOST:PORT", help="a peer to contact (repeatable)")
     s.add_argument("--no-mdns", action="store_true", help="do not use mDNS discovery")
-    s.add_argument("--bind", default="0.0.0.0", help="address the peer server listens on (default: all)")
+    s.add_argument("--bind", default="::", help="address the peer server listens on (default: all, IPv4 and "
+                   "IPv6; 0.0.0.0: all, IPv4 only)")
     s.add_argument("--advertise", help="this node's address as written in daemon.json (default: the bind "
                                        "address, or this machine's LAN address when bound to all interfaces)")
     s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])

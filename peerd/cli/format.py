@@ -82,6 +82,8 @@ def format_peers(peers: list[dict[str, Any]], mdns: bool | None = None) -> str:
         wire = p.get("wire") or "?"
         if not wire.isdigit() and wire != "?":  # no version in common: say it where the errors go
             error, wire = wire, "none"
+        if p.get("relay"):
+            live = f"{live}, {p['relay']}"
         rows.append((p["address"], node, p["found_by"], live, ago(p["last_seen_ago"]),
                      ago(p["last_sync_ago"]), "?" if p["lag"] is None else p["lag"], wire,
                      error if len(error) <= 70 else error[:69] + "…"))
@@ -107,10 +109,33 @@ def format_status(d: dict[str, Any]) -> str:
         lines.append(f"finding mDNS {'on' if conf.get('mdns') else 'off'}; seeds: {seeds}")
     if d.get("catchup"):
         lines.append(progress_bar(d["catchup"]))
-    lines += snapshot_lines(d.get("snapshot") or {})
+    lines += snapshot_lines(d.get("snapshot") or {}) + relay_lines(d.get("relay") or {})
     lines += fleet_lines(d) + status_lines(d)
     mdns = conf.get("mdns") if isinstance(conf, dict) else None
     return "\n".join(lines) + "\n\n" + format_peers(d["peers"], mdns)
+
+
+def relay_lines(relay: dict[str, Any]) -> list[str]:
+    """The return path (``peerd.relaylink``): whether this member can be called, who relays for it,
+    for whom it relays."""
+    if not relay or (relay.get("reachable") is not False and not relay.get("relaying_for")):
+        return []  # nothing to say beyond the peer table: a member that can be called, relaying for none
+    reach = {True: "other members can call this one", False: "other members cannot call this one",
+             None: "not known yet whether other members can call this one"}[relay.get("reachable")]
+    how = "" if relay.get("setting") == "auto" else " (reachable in config.toml)"
+    lines = [f"reach   {reach}{how}"]
+
+    def who(r: dict[str, Any]) -> str:
+        return f"{r['name']} ({r['address']})" if r.get("name") else str(r["address"])
+
+    if relay.get("via"):
+        lines.append(f"relay   relayed by {', '.join(who(r) for r in relay['via'])}: they push to this member down "
+                     "its links")
+    elif relay.get("reachable") is False:
+        lines.append("relay   no link to a reachable member yet: mail waits for this member's own rounds")
+    if relay.get("relaying_for"):
+        lines.append(f"relay   relaying for {', '.join(who(r) for r in relay['relaying_for'])}")
+    return lines
 
 
 def snapshot_lines(snap: dict[str, Any]) -> list[str]:

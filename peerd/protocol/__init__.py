@@ -10,6 +10,7 @@ and schedules (``peerd.node``), through a transport (``peerd.transport``).
 * ``dispatch``  one request in, the reply and what the node must do out (the forwarding rule)
 * ``catchup``   catch-up accounting on vectors
 * ``versions``  which wire versions a peer speaks, and what two peers use
+* ``link``      the return path: links to members nobody can call, the ``back`` probe
 * ``snapshot``  snapshots: a member far behind takes pages of a fixed point, signed by the answerer
 
 Invariants: nothing here does I/O, sleeps or touches asyncio; replica work goes
@@ -17,7 +18,7 @@ through the ``SyncReplica`` calls only; every check of what a peer sent raises
 ``ProtocolError`` (a ``RemoteError``), never a library exception.
 """
 
-from peerd.protocol import snapshot, versions
+from peerd.protocol import link, snapshot, versions
 from peerd.protocol.catchup import CATCHUP_REPORT, Progress, advance_known, behind, reply_vector, start_catchup
 from peerd.protocol.dispatch import KINDS, Here, Outcome, Request, decode_request, dispatch, forwarded
 from peerd.protocol.exchange import Learnt, PeerRecord, learn, peers_message, probe
@@ -39,10 +40,12 @@ from peerd.protocol.rounds import (
     sync_request,
 )
 from peerd.protocol.wire import (
+    BACK,
     CODES,
     DIFF,
     ERROR,
     HEAD_FIELDS,
+    LINK,
     OK,
     PAGE,
     PEERS,
@@ -72,6 +75,7 @@ from peerd.protocol.wire import (
 )
 
 __all__ = [
+    "BACK",
     "CATCHUP_REPORT",
     "CODES",
     "DIFF",
@@ -79,6 +83,7 @@ __all__ = [
     "FULL_VECTOR_MAX",
     "HEAD_FIELDS",
     "KINDS",
+    "LINK",
     "OK",
     "PAGE",
     "PEERS",
@@ -123,6 +128,7 @@ __all__ = [
     "handle_push",
     "handle_sync",
     "learn",
+    "link",
     "peers_message",
     "probe",
     "refusal",

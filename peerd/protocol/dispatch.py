@@ -22,6 +22,7 @@ from peerd.protocol import versions
 from peerd.protocol.exchange import Learnt, PeerRecord, learn, peers_message
 from peerd.protocol.rounds import SyncReplica, handle_push, kind_of, serve
 from peerd.protocol.wire import (
+    BACK,
     PEERS,
     PULL,
     PUSH,
@@ -36,7 +37,9 @@ from peerd.protocol.wire import (
 )
 from replica.models import ApplyResult
 
-KINDS = (SYNC, PULL, PUSH, PEERS, SNAP)  # snap: answered by the node's snapshot server (peerd.snapshotting)
+# snap: answered by the node's snapshot server (peerd.snapshotting); back: by the node's relay links
+# (peerd.relaylink), which call the caller back
+KINDS = (SYNC, PULL, PUSH, PEERS, SNAP, BACK)
 
 
 @dataclass(frozen=True)

@@ -54,8 +54,11 @@ SYNC, PULL, PUSH, PEERS = "sync", "pull", "push", "peers"
 SAME, DIFF, PAGE, OK, ERROR, REKEY = "same", "diff", "page", "ok", "error", "rekey"
 # Snapshots (wire 3 on, ``peerd.protocol.snapshot``): ``snap`` asks, ``shot`` answers.
 SNAP, SHOT = "snap", "shot"
+# The return path (``peerd.protocol.link``): ``link`` opens a relay link, ``back`` asks for a call back.
+LINK, BACK = "link", "back"
 # Each kind's code in a sealed message's head (1..31).
-CODES = {SYNC: 1, PULL: 2, PUSH: 3, PEERS: 4, SAME: 5, DIFF: 6, PAGE: 7, OK: 8, ERROR: 9, REKEY: 10, SNAP: 11, SHOT: 12}
+CODES = {SYNC: 1, PULL: 2, PUSH: 3, PEERS: 4, SAME: 5, DIFF: 6, PAGE: 7, OK: 8, ERROR: 9, REKEY: 10, SNAP: 11, SHOT: 12,
+         LINK: 13, BACK: 14}
 KIND_OF_CODE = {code: kind for kind, code in CODES.items()}
 CODE_BITS, HAS_N, HAS_P, MAP_BIT = 0x1F, 0x20, 0x40, 0x80
 HEAD_FIELDS = frozenset({"t", "n", "p"})

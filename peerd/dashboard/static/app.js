@@ -102,6 +102,18 @@ function renderFleetNews(st) {
     lines.push(`Another peerd fleet ${other.fleet_id} is on this LAN (${nodes}). To join it: ${other.join}, ` +
       "then approve on one of its members.");
   }
+  const relay = st.relay || {};
+  const who = (r) => r.name ? `${r.name} (${r.address})` : r.address;
+  if (relay.via && relay.via.length) {
+    lines.push(`Other members cannot call this node; relayed by ${relay.via.map(who).join(", ")}, ` +
+      "which push to it down its links.");
+  } else if (relay.reachable === false) {
+    lines.push("Other members cannot call this node and no reachable member relays for it yet: " +
+      "its mail waits for its own rounds.");
+  }
+  if (relay.relaying_for && relay.relaying_for.length) {
+    lines.push(`Relaying for ${relay.relaying_for.map(who).join(", ")} (members nobody can call).`);
+  }
   const box = $("fleet-news");
   box.hidden = lines.length === 0;
   box.replaceChildren(...lines.map((text) => el("div", "catchup-text", text)));
@@ -125,6 +137,7 @@ function renderPeers(peers) {
     row.dataset.address = p.address;
     if (p.node_id) row.dataset.node = p.node_id;
     const live = el("td", null, el("span", `dot ${p.reachable ? "live" : "dead"}`), p.reachable ? "yes" : "no");
+    if (p.relay) live.append(el("div", "relay", p.relay));
     const addr = el("td", null, p.address);
     if (p.last_error && !p.reachable) {
       const prefix = `${p.address}: `;
