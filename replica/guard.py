@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from replica import leases as rules
+from replica.errors import LocalError
 from replica.hlc import pack, to_iso
 from replica.mailbox import connect, schema_version
 from replica.names import name_key
@@ -33,7 +34,7 @@ HOOK_MARK = "# peerd guard: pre-commit hook"
 LEASES_SCHEMA = 9
 
 
-class GuardError(Exception):
+class GuardError(LocalError):
     """The guard cannot be installed or run as asked (no git repository, a foreign hook...)."""
 
 

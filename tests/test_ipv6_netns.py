@@ -48,9 +48,9 @@ def test_an_ipv6_only_pair_converges_and_delivers(v6pair: tuple[Daemon, Daemon])
     assert b.seeds == [f"[{a.host}]:{a.port}"]
     assert a.info["peer_url"] == f"http://[{a.host}]:{a.port}"
     sent = a.send("alice", "bob", "over IPv6")
-    wait_until(lambda: b.has_message(sent["id"]), SPREAD, "a's message on b")
+    wait_until(lambda: b.has_message(sent["messageId"]), SPREAD, "a's message on b")
     back = b.send("bob", "alice", "and back")
-    wait_until(lambda: a.has_message(back["id"]), SPREAD, "b's answer on a")
+    wait_until(lambda: a.has_message(back["messageId"]), SPREAD, "b's answer on a")
     wait_until(lambda: any(p["address"] == b.addr and p["reachable"] for p in a.peers()), SPREAD,
                "a to know b by its IPv6 address")
     assert [m["content"] for m in b.check("bob")["messages"]] == ["over IPv6"]

@@ -102,7 +102,7 @@ async def test_an_acknowledgement_travels_back_and_the_overdue_view_names_who_is
         assert acked["acknowledged"] and acked["acknowledged_at"] and acked["read_at"]
 
         def acknowledged_on_a() -> bool:
-            return any(r["acked_at"] for r in a.message_status(mid) if r["role"] == "bob")
+            return any(r["acknowledgedAt"] for r in a.message_status(mid) if r["role"] == "bob")
 
         await asyncio.to_thread(wait_until, acknowledged_on_a, 60, "bob's acknowledgement to reach a")
         status = await tool(alice, "list_broadcast_status", messageId=mid)

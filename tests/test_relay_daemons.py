@@ -31,7 +31,7 @@ def test_a_full_relay_refuses_cleanly_and_the_member_links_to_another(fleet: Fle
                LINKED, f"{refused.name} to say s is full")
     assert "link refused: this member relays for 1 members at 127.0.0.1 already" in s.log_text()
     sent = s.send("alice", "bob", "through p")
-    wait_until(lambda: refused.has_message(sent["id"]), 10, "s's mail on the refused member")
+    wait_until(lambda: refused.has_message(sent["messageId"]), 10, "s's mail on the refused member")
     for d in (s, p):
         wait_until(lambda d=d: d.status()["relay"]["reachable"] is True, LINKED, f"{d.name} to learn it can be called")
         assert d.status()["relay"]["via"] == []
@@ -46,6 +46,6 @@ def test_reachable_true_keeps_no_links(fleet: Fleet) -> None:
     fleet.start()
     wait_until(lambda: m.peer(s) is not None and m.peer(s)["reachable"], LINKED, "m to reach s")  # type: ignore[index]
     sent = s.send("alice", "bob", "hi")
-    wait_until(lambda: m.has_message(sent["id"]), 10, "s's mail on m")
+    wait_until(lambda: m.has_message(sent["messageId"]), 10, "s's mail on m")
     assert m.status()["relay"] == {**m.status()["relay"], "reachable": True, "via": []}
     assert s.status()["relay"]["relaying_for"] == []
