@@ -279,7 +279,7 @@ class NodeCore:
         self.counters["pulled_ops"] += result.pulled
         self.counters["pushed_ops"] += result.pushed
         out = self.recovered(peer.addr, "sync")
-        if self.own_ahead is None and (ahead := own_ahead(self.me, peer.addr, result.their_vector, before)):
+        if self.own_ahead is None and (ahead := own_ahead(self.me, peer.addr, result.their_vector, before, ours)):
             self.own_ahead = ahead
             out.append(Say(logging.ERROR, f"{ahead.message()}; to fix it: {FIX}"))
         return out

@@ -2,7 +2,7 @@
 
 A node numbers its own ops in its own replica, so no peer can hold more of them than the node
 itself: every one is written here first. A peer whose vector holds this node's origin beyond the
-newest own seq this replica held when the round began therefore means this replica is an older copy
+newest own seq this replica held during the round therefore means this replica is an older copy
 of the node (a home copied back by hand, or one ``node.key`` run in two homes). Its writes since
 the copy took numbers the fleet already holds, and peers keep the op they saw first: a fork of its
 own history. The same shows when a peer pushes this node one of its own ops that its replica never
@@ -11,8 +11,8 @@ first. The node is told once (an error in the log, ``own_history_ahead`` in its 
 a failure in ``peerd doctor``) and goes on as before; the fix is a new node made from this home.
 
 Invariants:
-* Only our own origin counts, compared with what this replica held as the round began: a peer
-  ahead on any other origin is ordinary news, never a fork.
+* Only our own origin counts, compared with what this replica held during the round (the newer of
+  its start and its end): a peer ahead on any other origin is ordinary news, never a fork.
 * Telling is all it does: nothing is refused, rewritten or stopped; the fix is the operator's.
 * Pure: values in, a value out; the node logs and keeps it.
 """
@@ -45,8 +45,12 @@ class OwnAhead:
 
 
 def own_ahead(me: bytes, peer: str, theirs: Mapping[bytes, int] | None,
-              ours_before: Mapping[bytes, int]) -> OwnAhead | None:
-    """What a round shows when ``theirs`` (a peer's vector) holds our origin ``me`` beyond
-    ``ours_before`` (our vector as the round began), else None. Vectors by the same ids (short or full)."""
-    t, o = (theirs or {}).get(me, 0), ours_before.get(me, 0)
+              ours_before: Mapping[bytes, int], ours_after: Mapping[bytes, int] | None = None) -> OwnAhead | None:
+    """What a round shows when ``theirs`` (a peer's vector) holds our origin ``me`` beyond what this
+    replica held (the newer of ``ours_before``, our vector as the round began, and ``ours_after``, as it
+    ended), else None. Our own writes during the round may reach the peer before its vector is read, so
+    the round's end counts too; an op of ours the round pulled in is told by ``own_history_ahead``.
+    Vectors by the same ids (short or full)."""
+    t = (theirs or {}).get(me, 0)
+    o = max(ours_before.get(me, 0), (ours_after or {}).get(me, 0))
     return OwnAhead(peer, t, o) if t > o else None

@@ -400,6 +400,8 @@ def test_own_history_ahead_is_only_a_peer_holding_more_of_our_own_ops() -> None:
     assert forks.own_ahead(me, "p:1", {me: 5, other: 9}, {me: 4, other: 1}) == forks.OwnAhead("p:1", 5, 4)
     assert forks.own_ahead(me, "p:1", {me: 4, other: 9}, {me: 4}) is None  # others ahead of us: ordinary news
     assert forks.own_ahead(me, "p:1", None, {me: 4}) is None  # the peer's vector was the same as ours
+    # our own write during the round reached the peer before its vector was read: not a fork
+    assert forks.own_ahead(me, "p:1", {me: 5}, {me: 4}, {me: 5}) is None
     finding = doctor.membership_findings({"own_history_ahead": {"peer": "p:1", "theirs": 5, "ours": 4}})
     assert [(f.check, f.status) for f in finding] == [("history", doctor.FAIL)]
     assert "#5" in finding[0].detail and "peerd restore" in str(finding[0].fix)
