@@ -13,35 +13,15 @@ Invariants:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from peerd import home as homes
-from peerd.cli.errors import EXIT_NO_HOME, EXIT_USAGE, CliError
-
-
-def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
-    print(json.dumps(data, indent=2, default=str) if args.json else text, flush=True)
-
-
-@contextmanager
-def _replica(args: argparse.Namespace) -> Iterator[Any]:
-    from replica import open_home  # noqa: PLC0415 - the guard's check never loads the store
-
-    home = homes.resolve_home(args.home)
-    if not homes.replica_path(home).exists():
-        raise CliError(f"no peerd home at {home} (create one with: peerd init, or give your node's --home)",
-                       EXIT_NO_HOME)
-    with open_home(home) as rep:
-        yield rep
-
+from peerd.cli.errors import EXIT_USAGE, CliError
+from peerd.cli.replicafile import emit, open_replica
 
 # -- peerd guard --------------------------------------------------------------------------------
 
@@ -57,7 +37,7 @@ def cmd_guard_check(args: argparse.Namespace) -> int:
     except guard.GuardError as exc:
         raise CliError(str(exc)) from None
     if args.json:
-        _emit(args, {"project": args.project, "role": role, "blocked": [b.__dict__ for b in blocks]}, "")
+        emit(args, {"project": args.project, "role": role, "blocked": [b.__dict__ for b in blocks]}, "")
     elif blocks:
         print(guard.explain(blocks, role, args.project), file=sys.stderr, flush=True)
     return 1 if blocks else 0
@@ -73,7 +53,7 @@ def cmd_guard_install(args: argparse.Namespace) -> int:
         hook = guard.install(repo, project, args.home, force=args.force)
     except guard.GuardError as exc:
         raise CliError(str(exc)) from None
-    _emit(args, {"hook": str(hook), "project": project},
+    emit(args, {"hook": str(hook), "project": project},
           f"installed the peerd guard for project {project!r} at {hook}\n"
           f"commits touching paths another role holds exclusively are refused; set {guard.ROLE_ENV} to your role; "
           f"bypass with {guard.BYPASS_ENV}=1 or git commit --no-verify")
@@ -84,12 +64,12 @@ def cmd_guard_install(args: argparse.Namespace) -> int:
 
 
 def cmd_leases(args: argparse.Namespace) -> int:
-    with _replica(args) as rep:
+    with open_replica(args) as rep:
         found = [x.__dict__ for x in rep.leases(args.project, args.role, include_ended=args.all)]
     rows = [f"{x['status']:<8} {x['agent']:<16} {x['project']}:{x['path_pattern']}  until {x['expires_ts']}"
             + (f"  lost to {x['lost_to_agent']} ({x['lost_to']})" if x["lost_to"] else "")
             + (f"  ({x['reason']})" if x["reason"] else "") for x in found]
-    _emit(args, found, "\n".join(rows) if rows else "no file reservations")
+    emit(args, found, "\n".join(rows) if rows else "no file reservations")
     return 0
 
 
@@ -106,12 +86,12 @@ def seconds(text: str) -> int:
 
 def cmd_acks(args: argparse.Namespace) -> int:
     wait_s = seconds(args.older_than)
-    with _replica(args) as rep:
+    with open_replica(args) as rep:
         found = rep.overdue_acks(wait_s, sender=args.sender)
     data = [{**o.__dict__, "waiting_for": [w.to_dict() for w in o.waiting_for]} for o in found]
     rows = [f"{o.message_id}  from {o.sender} to {o.channel}, {o.age_seconds} s ago: waiting for "
             + ", ".join(w.role + (f"/{w.instance}" if w.instance else "") for w in o.waiting_for) for o in found]
-    _emit(args, data, "\n".join(rows) if rows else f"no acknowledgement overdue (older than {args.older_than})")
+    emit(args, data, "\n".join(rows) if rows else f"no acknowledgement overdue (older than {args.older_than})")
     return 0
 
 

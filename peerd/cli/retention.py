@@ -13,13 +13,11 @@ Invariants:
 from __future__ import annotations
 
 import argparse
-import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from peerd import home as homes
-from peerd.cli.errors import EXIT_NO_HOME, EXIT_USAGE, CliError
+from peerd.cli.errors import EXIT_USAGE, CliError
+from peerd.cli.replicafile import emit, open_replica
 from replica import retention as ret
 from replica.hlc import pack, to_iso
 
@@ -76,20 +74,8 @@ def status_lines(d: dict[str, Any]) -> list[str]:
 # -- the command ------------------------------------------------------------------------------
 
 
-@contextmanager
-def _replica(args: argparse.Namespace) -> Iterator[Any]:
-    from replica import open_home  # noqa: PLC0415 - loads the store only for this command
-
-    home = homes.resolve_home(args.home)
-    if not homes.replica_path(home).exists():
-        raise CliError(f"no peerd home at {home} (create one with: peerd init, or give your node's --home)",
-                       EXIT_NO_HOME)
-    with open_home(home) as rep:
-        yield rep
 
 
-def _emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
-    print(json.dumps(data, indent=2, default=str) if args.json else text, flush=True)
 
 
 def _names(rep: Any) -> dict[str, str]:
@@ -98,11 +84,11 @@ def _names(rep: Any) -> dict[str, str]:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    with _replica(args) as rep:
+    with open_replica(args) as rep:
         state = rep.retention().to_dict()
         names = _names(rep)
     hint = "" if state["horizon_ms"] else "\n\nset one for the whole fleet with: peerd retention set 30d"
-    _emit(args, state, "\n".join(summary_lines(state, names)) + hint)
+    emit(args, state, "\n".join(summary_lines(state, names)) + hint)
     return 0
 
 
@@ -120,7 +106,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
 
 def _write(args: argparse.Namespace, h: int) -> int:
     home = homes.resolve_home(args.home)
-    with _replica(args) as rep:
+    with open_replica(args) as rep:
         if rep.node_key in rep.removed():
             raise CliError("this node was removed from the fleet: members refuse its ops, so it cannot set the "
                            "fleet's retention horizon (run the command on a member)")
@@ -142,7 +128,7 @@ def _write(args: argparse.Namespace, h: int) -> int:
         text = "retention cleared: the fleet keeps everything from now on (what was purged stays gone)."
     if not live:
         text += "\n(no daemon runs for this home: the fleet learns of it, and purging starts, once one runs)"
-    _emit(args, {**state, "past_horizon": past, "past_twice": way_past}, text)
+    emit(args, {**state, "past_horizon": past, "past_twice": way_past}, text)
     return 0
 
 

@@ -13,29 +13,10 @@ Invariants:
 from __future__ import annotations
 
 import argparse
-import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from peerd import home as homes
-from peerd.cli.errors import EXIT_NO_HOME, CliError
-
-
-@contextmanager
-def _replica(args: argparse.Namespace) -> Iterator[Any]:
-    from replica import open_home  # noqa: PLC0415 - loads the store only for this command
-
-    home = homes.resolve_home(args.home)
-    if not homes.replica_path(home).exists():
-        raise CliError(f"no peerd home at {home} (create one with: peerd init, or give your node's --home)",
-                       EXIT_NO_HOME)
-    with open_home(home) as rep:
-        yield rep
-
-
-def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
-    print(json.dumps(data, indent=2, default=str) if args.json else text, flush=True)
+from peerd.cli.replicafile import emit, open_replica
 
 
 def node_text(ref: dict[str, Any] | None) -> str:
@@ -72,9 +53,9 @@ def pin_status_lines(totals: dict[str, Any]) -> list[str]:
 
 
 def cmd_roles(args: argparse.Namespace) -> int:
-    with _replica(args) as rep:
+    with open_replica(args) as rep:
         rows = [r.to_dict() for r in rep.role_senders()]
-    _emit(args, rows, roles_text(rows))
+    emit(args, rows, roles_text(rows))
     return 0
 
 
@@ -85,23 +66,23 @@ def _live(args: argparse.Namespace) -> bool:
 
 
 def cmd_pin(args: argparse.Namespace) -> int:
-    with _replica(args) as rep:
+    with open_replica(args) as rep:
         pin = rep.pin_role(args.role, args.nodes).to_dict()
     text = (f"pinned role {pin['role']!r} to {', '.join(node_text(n) for n in pin['nodes'])}: every replica "
             "refuses new messages in its name from other nodes")
     if not _live(args):
         text += "\n(no daemon runs for this home: the fleet learns of the pin once one runs)"
-    _emit(args, pin, text)
+    emit(args, pin, text)
     return 0
 
 
 def cmd_unpin(args: argparse.Namespace) -> int:
-    with _replica(args) as rep:
+    with open_replica(args) as rep:
         pin = rep.unpin_role(args.role).to_dict()
     text = f"lifted the pin of role {pin['role']!r}: any member may send in its name again"
     if not _live(args):
         text += "\n(no daemon runs for this home: the fleet learns of it once one runs)"
-    _emit(args, pin, text)
+    emit(args, pin, text)
     return 0
 
 
