@@ -14,7 +14,7 @@ Invariants:
 * Published input schemas are plain and portable: no titles, optional
   arguments are simply not required (never ``null`` unions).
 * Published output schemas are self-contained and quick to check: no ``$ref``
-  (definitions are inlined), a nullable scalar is ``"type": [T, "null"]``
+  (definitions are inlined), a nullable scalar, object or list is ``"type": [T, "null"]``
   rather than an ``anyOf``, and the items of a list of objects (an inbox, a
   page, peers) are described shallowly: ``{"type": "object"}`` with a
   description naming their fields (docs/mcp.md lists them). Clients validate
@@ -390,8 +390,8 @@ def _shallow_items(prop: dict[str, Any]) -> dict[str, Any]:
 
 def _inline(schema: Any, defs: dict[str, Any]) -> Any:
     """``schema`` with every ``$ref`` to ``defs`` replaced by its definition, and each nullable
-    scalar (``anyOf`` of one plain type and null) written as a type list: the same instances
-    pass, at a fraction of a validator's work."""
+    scalar, object or list (``anyOf`` of one typed schema and null) written with a type list: the
+    same instances pass, at a fraction of a validator's work."""
     if isinstance(schema, list):
         return [_inline(s, defs) for s in schema]
     if not isinstance(schema, dict):
@@ -408,7 +408,15 @@ def _inline(schema: Any, defs: dict[str, Any]) -> Any:
         if isinstance(other, dict) and set(other) == {"type"} and isinstance(other["type"], str):
             del out["anyOf"]
             out["type"] = [other["type"], "null"]
+        elif isinstance(other, dict) and isinstance(other.get("type"), str) and set(other) - {"type"} <= _TYPED_ONLY:
+            rest = {k: v for k, v in out.items() if k != "anyOf"}
+            out = {**{k: v for k, v in other.items() if k != "type"}, "type": [other["type"], "null"], **rest}
     return out
+
+
+# Keywords that only constrain instances of their own type (null passes them), so a nullable object
+# or list (``anyOf`` of it and null) is the same schema with ``"type": [T, "null"]``.
+_TYPED_ONLY = {"properties", "required", "additionalProperties", "items", "minItems", "maxItems"}
 
 
 def _tidy(schema: Any, *, nullable: bool) -> Any:
