@@ -16,6 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -46,8 +47,10 @@ def iso_ms(ms: int) -> str:
     return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+@functools.lru_cache(maxsize=8192)
 def ms_of_iso(text: str) -> int:
-    """Unix ms of an ISO-8601 time as the replica shows times (``iso_ms``'s inverse)."""
+    """Unix ms of an ISO-8601 time as the replica shows times (``iso_ms``'s inverse); remembered,
+    as the same times are shown again and again (an inbox page re-read until it is marked)."""
     return to_ms(datetime.fromisoformat(text))
 
 
