@@ -41,8 +41,10 @@ def to_ms(when: datetime) -> int:
     return int(when.timestamp() * 1000)
 
 
+@functools.lru_cache(maxsize=8192)
 def iso_ms(ms: int) -> str:
-    """Unix ms as ISO-8601 UTC with milliseconds (JavaScript's ``toISOString``)."""
+    """Unix ms as ISO-8601 UTC with milliseconds (JavaScript's ``toISOString``); remembered, as
+    ``ms_of_iso`` is."""
     dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
     return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
