@@ -14,10 +14,11 @@ Invariants:
 * Published input schemas are plain and portable: no titles, optional
   arguments are simply not required (never ``null`` unions).
 * Published output schemas are self-contained and quick to check: no ``$ref``
-  (definitions are inlined), a nullable scalar is ``"type": [T, "null"]``
+  (definitions are inlined), a nullable scalar, object or list is ``"type": [T, "null"]``
   rather than an ``anyOf``, and the items of a list of objects (an inbox, a
   page, peers) are described shallowly: ``{"type": "object"}`` with a
-  description naming their fields (docs/mcp.md lists them). Clients validate
+  description naming their fields (docs/mcp.md lists them); a top-level list of
+  strings (recipients, known roles, ids) is published as a list alone. Clients validate
   every result against them (the SDK's client does, with jsonschema), so a
   schema's depth is paid on every call; the top-level fields stay typed.
 * Every string argument must be valid Unicode (no lone surrogate), so nothing
@@ -372,14 +373,18 @@ def output_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 def _shallow_lists(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` with each top-level list of objects published without an ``items`` schema, its
-    description naming the items' fields instead: a client that checks results against the schema
-    (the SDK's does, on every call) then checks the list's type once instead of walking every item."""
+    description naming the items' fields instead, and each top-level list of strings (role names,
+    ids) as a list alone: a client that checks results against the schema (the SDK's does, on every
+    call) then checks the list's type once instead of walking every item."""
     props = {name: _shallow_items(prop) for name, prop in schema.get("properties", {}).items()}
     return {**schema, "properties": props} if props else schema
 
 
 def _shallow_items(prop: dict[str, Any]) -> dict[str, Any]:
     items = prop.get("items")
+    kind = prop.get("type")
+    if items == {"type": "string"} and (kind == "array" or (isinstance(kind, list) and "array" in kind)):
+        return {k: v for k, v in prop.items() if k != "items"}  # names (roles, ids): the list's type is checked
     if prop.get("type") != "array" or not isinstance(items, dict) or "properties" not in items:
         return prop
     said = f"Objects, each with the fields {', '.join(items['properties'])}."
@@ -390,8 +395,8 @@ def _shallow_items(prop: dict[str, Any]) -> dict[str, Any]:
 
 def _inline(schema: Any, defs: dict[str, Any]) -> Any:
     """``schema`` with every ``$ref`` to ``defs`` replaced by its definition, and each nullable
-    scalar (``anyOf`` of one plain type and null) written as a type list: the same instances
-    pass, at a fraction of a validator's work."""
+    scalar, object or list (``anyOf`` of one typed schema and null) written with a type list: the
+    same instances pass, at a fraction of a validator's work."""
     if isinstance(schema, list):
         return [_inline(s, defs) for s in schema]
     if not isinstance(schema, dict):
@@ -408,7 +413,15 @@ def _inline(schema: Any, defs: dict[str, Any]) -> Any:
         if isinstance(other, dict) and set(other) == {"type"} and isinstance(other["type"], str):
             del out["anyOf"]
             out["type"] = [other["type"], "null"]
+        elif isinstance(other, dict) and isinstance(other.get("type"), str) and set(other) - {"type"} <= _TYPED_ONLY:
+            rest = {k: v for k, v in out.items() if k != "anyOf"}
+            out = {**{k: v for k, v in other.items() if k != "type"}, "type": [other["type"], "null"], **rest}
     return out
+
+
+# Keywords that only constrain instances of their own type (null passes them), so a nullable object
+# or list (``anyOf`` of it and null) is the same schema with ``"type": [T, "null"]``.
+_TYPED_ONLY = {"properties", "required", "additionalProperties", "items", "minItems", "maxItems"}
 
 
 def _tidy(schema: Any, *, nullable: bool) -> Any:

@@ -78,8 +78,15 @@ def is_known(cur: sqlite3.Cursor, role: str) -> bool:
 
 def close(unknown: Sequence[str], known: Sequence[str]) -> list[str]:
     """The known roles spelt close to an unknown one (a likely typo), closest first."""
-    return list(dict.fromkeys(k for u in unknown for k in difflib.get_close_matches(name_key(u), known, n=3,
-                                                                                      cutoff=0.6)))
+    return list(_close(tuple(unknown), tuple(known)))
+
+
+@functools.lru_cache(maxsize=256)
+def _close(unknown: tuple[str, ...], known: tuple[str, ...]) -> tuple[str, ...]:
+    """``close``, remembered (as ``_hint``): the warning of a send to a role nobody has seen asks it
+    again on every send to that role."""
+    return tuple(dict.fromkeys(k for u in unknown for k in difflib.get_close_matches(name_key(u), known, n=3,
+                                                                                       cutoff=0.6)))
 
 
 def hint(unknown: Sequence[str], known: Sequence[str], cap: int = HINT_ROLES) -> list[str]:
@@ -91,8 +98,7 @@ def hint(unknown: Sequence[str], known: Sequence[str], cap: int = HINT_ROLES) ->
 def _hint(unknown: tuple[str, ...], known: tuple[str, ...], cap: int) -> tuple[str, ...]:
     """``hint``, remembered: a sender that keeps writing to a role nobody has seen yet asks the same
     question on every send, and comparing spellings costs about 5 us per known role."""
-    close = [k for u in unknown for k in difflib.get_close_matches(name_key(u), known, n=3, cutoff=0.6)]
-    return tuple(dict.fromkeys([*close, *known]))[:cap]
+    return tuple(dict.fromkeys([*_close(unknown, known), *known]))[:cap]
 
 
 def known_roles(cur: sqlite3.Cursor) -> list[str]:

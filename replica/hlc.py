@@ -45,8 +45,10 @@ _LAST_MS = 253402300799999  # 9999-12-31T23:59:59.999Z
 
 
 @functools.lru_cache(maxsize=2048)  # pure; profiles and pages show the same stamps again
+@functools.lru_cache(maxsize=8192)
 def to_iso(hlc: int) -> str:
     """The wall-clock part of a stamp as ISO-8601 UTC with milliseconds; a stamp outside
-    the years 1970-9999 shows as the nearest end (it never raises)."""
+    the years 1970-9999 shows as the nearest end (it never raises). Remembered: the same stamps
+    are shown again and again (an inbox page re-read until it is marked)."""
     dt = _EPOCH + timedelta(milliseconds=min(max(wall_of(hlc), 0), _LAST_MS))
     return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")

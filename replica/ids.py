@@ -7,6 +7,8 @@ interpreter's own ``_blake2`` module where it has one: ``hashlib`` would load Op
 
 from __future__ import annotations
 
+import functools
+
 try:
     from _blake2 import blake2b
 except ImportError:  # an interpreter built without it: hashlib's is the same function
@@ -15,8 +17,10 @@ except ImportError:  # an interpreter built without it: hashlib's is the same fu
 from replica.names import name_key
 
 
+@functools.lru_cache(maxsize=8192)
 def receipt_id(msg_id: str, role: str, inst: str) -> str:
-    """A receipt's id: a pure function of (message, role, instance)."""
+    """A receipt's id: a pure function of (message, role, instance); remembered, as an inbox page is
+    shown again until it is marked."""
     h = blake2b(f"{msg_id}\x1f{role}\x1f{inst}".encode(), digest_size=12, person=b"peerd-rcpt")
     return h.hexdigest()
 

@@ -16,6 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -40,14 +41,18 @@ def to_ms(when: datetime) -> int:
     return int(when.timestamp() * 1000)
 
 
+@functools.lru_cache(maxsize=8192)
 def iso_ms(ms: int) -> str:
-    """Unix ms as ISO-8601 UTC with milliseconds (JavaScript's ``toISOString``)."""
+    """Unix ms as ISO-8601 UTC with milliseconds (JavaScript's ``toISOString``); remembered, as
+    ``ms_of_iso`` is."""
     dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
     return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+@functools.lru_cache(maxsize=8192)
 def ms_of_iso(text: str) -> int:
-    """Unix ms of an ISO-8601 time as the replica shows times (``iso_ms``'s inverse)."""
+    """Unix ms of an ISO-8601 time as the replica shows times (``iso_ms``'s inverse); remembered,
+    as the same times are shown again and again (an inbox page re-read until it is marked)."""
     return to_ms(datetime.fromisoformat(text))
 
 
