@@ -17,8 +17,7 @@ Invariants:
   (definitions are inlined), a nullable scalar, object or list is ``"type": [T, "null"]``
   rather than an ``anyOf``, and the items of a list of objects (an inbox, a
   page, peers) are described shallowly: ``{"type": "object"}`` with a
-  description naming their fields (docs/mcp.md lists them); a top-level list of
-  strings (recipients, known roles, ids) is published as a list alone. Clients validate
+  description naming their fields (docs/mcp.md lists them). Clients validate
   every result against them (the SDK's client does, with jsonschema), so a
   schema's depth is paid on every call; the top-level fields stay typed.
 * Every string argument must be valid Unicode (no lone surrogate), so nothing
@@ -373,18 +372,14 @@ def output_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 def _shallow_lists(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` with each top-level list of objects published without an ``items`` schema, its
-    description naming the items' fields instead, and each top-level list of strings (role names,
-    ids) as a list alone: a client that checks results against the schema (the SDK's does, on every
-    call) then checks the list's type once instead of walking every item."""
+    description naming the items' fields instead: a client that checks results against the schema
+    (the SDK's does, on every call) then checks the list's type once instead of walking every item."""
     props = {name: _shallow_items(prop) for name, prop in schema.get("properties", {}).items()}
     return {**schema, "properties": props} if props else schema
 
 
 def _shallow_items(prop: dict[str, Any]) -> dict[str, Any]:
     items = prop.get("items")
-    kind = prop.get("type")
-    if items == {"type": "string"} and (kind == "array" or (isinstance(kind, list) and "array" in kind)):
-        return {k: v for k, v in prop.items() if k != "items"}  # names (roles, ids): the list's type is checked
     if prop.get("type") != "array" or not isinstance(items, dict) or "properties" not in items:
         return prop
     said = f"Objects, each with the fields {', '.join(items['properties'])}."
