@@ -94,8 +94,9 @@ class Config:
     reachable: bool | str = "auto"
     """Whether other members can call this one at its address: "auto" asks a peer to try (a
     reachability probe); false (behind NAT) keeps links to reachable members for the return path."""
-    relay_keepalive: float = 25.0
-    """Seconds between keepalives on a link to a relaying member (NAT mappings must not expire)."""
+    relay_keepalive: float = 4.0
+    """Seconds between keepalives on a link to a relaying member: NAT mappings need only ~25 s;
+    4 s bounds how long mail waits after a mapping is lost (set 25 on metered or battery links)."""
     relay_probe_interval: float = 300.0
     """Seconds between reachability probes with ``reachable = "auto"`` (a member that can be called
     again drops its links at the next one)."""
@@ -222,7 +223,8 @@ def render_config(cfg: Config) -> str:
         f"peer_connections_per_address = {cfg.peer_connections_per_address}",
         "",
         '# Whether other members can call this one: "auto" (a peer tries), true, or false (behind',
-        "# NAT: keep links to reachable members, which push down them); keepalive seconds on a link;",
+        "# NAT: keep links to reachable members, which push down them); keepalive seconds on a link",
+        "# (4: mail again within ~5 s after the NAT loses its mapping; 25 on metered or battery links);",
         "# seconds between probes (\"auto\");",
         "# links this member holds for members nobody can call, per address and in all.",
         "# (Commented out while at their defaults, so that an older peerd can still read this file.)",

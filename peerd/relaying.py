@@ -9,10 +9,12 @@ or two reachable members; they push and forward to it down that link as to any p
   called our advertised address back), and None while no peer has answered one.
 * **Which members** (``Relays``): up to ``want`` links at once, to live peers we reach directly,
   seeds first, then the ones that failed least, chance among equals; a link to a member learnt
-  second hand gives way when a seed becomes free (so a laptop's links end up on its servers). A link that fails, or is
-  refused, waits an exponential backoff before the same member is tried again (a refusal at
-  least ``REFUSED_WAIT``), so a member whose relay died links to another at once. A member
-  that turns out reachable drops every link (``set_need(False)``): ordinary pushes again.
+  second hand gives way when a seed becomes free (so a laptop's links end up on its servers). A link that held
+  ``STEADY`` seconds or more is tried again at once when it ends (a lost NAT mapping is mended
+  within the keepalive and a round trip); one that fails, ends sooner or is refused waits an
+  exponential backoff before the same member is tried again (a refusal at least
+  ``REFUSED_WAIT``), so a member whose relay died links to another once that retry fails. A member that
+  turns out reachable drops every link (``set_need(False)``): ordinary pushes again.
 * **Bounds** (``Held``): a reachable member holds at most ``per_source`` links from one address
   and ``total`` in all; one more is refused with the reason in words (the wire says ``FULL``),
   and the member asking tries another. A member that links again replaces its old link.
@@ -29,11 +31,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 AUTO = "auto"
-KEEPALIVE = 25.0  # seconds between keepalives on a link: NAT mappings of idle TCP last minutes, some only one
+KEEPALIVE = 4.0  # seconds between keepalives on a link: NAT mappings need ~25 s; 4 s bounds recovery after one is lost
 WANT = 2  # links a member nobody can call keeps open
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 60.0
 REFUSED_WAIT = 30.0  # a relay that said it is full is not asked again before this
+STEADY = 10.0  # a link that lasted this long worked: when it ends, its member is tried again at once
 LINKS_PER_SOURCE = 32  # links one address may hold on a reachable member (many members behind one NAT)
 LINKS_TOTAL = 256  # links a reachable member holds in all
 PREFERRED = {"seed": 0, "mdns": 1, "exchange": 2, "inbound": 3}
@@ -148,12 +151,16 @@ class Relays:
         t.up, t.connecting, t.failures, t.last_error, t.since = True, False, 0, None, now
 
     def down(self, addr: str, now: float, why: str, *, refused: bool = False) -> None:
-        """A link ended or never came up: that member waits its backoff (jittered)."""
+        """A link ended or never came up: that member waits its backoff (jittered), none after a
+        link that held ``STEADY`` seconds."""
         t = self.targets.setdefault(addr, Target(addr))
-        was_up = t.up
+        held = None if not t.up or t.since is None else now - t.since
         t.up = t.connecting = False
         t.since = None
-        t.failures = 1 if was_up and not refused else t.failures + 1  # one that worked is retried soon
+        if held is not None and not refused:  # one that worked is retried at once, or soon if it ended early
+            t.failures = 0 if held >= STEADY else 1
+        else:
+            t.failures += 1
         t.next_try = now + backoff(t.failures, refused=refused) * self.rng.uniform(0.8, 1.2)
         t.last_error = why
 

@@ -18,6 +18,7 @@ from peerd.peers import Peer, PeerTable
 from peerd.protocol import Envelope, ProtocolError, encode, link, stamp
 from peerd.relaying import (
     REFUSED_WAIT,
+    STEADY,
     Candidate,
     Connect,
     Drop,
@@ -64,6 +65,24 @@ def test_seeds_are_preferred_and_a_dead_relay_is_replaced_by_another_at_once() -
     r.up("s:1", 0.0)
     r.down("s:1", 5.0, "the member stops")
     assert r.plan(5.0, pool) == [Connect("x:1")]  # s waits its backoff; x at once
+
+
+def test_a_link_that_held_is_opened_again_at_once_and_one_that_ends_early_backs_off() -> None:
+    """A lost NAT mapping closes a link that worked: its member is linked again with no wait; if
+    that fails, or a link ends soon after it came up (a member that flaps), the backoff applies."""
+    r = Relays(random.Random(4), want=1)
+    r.set_need(True)
+    pool = [*cands("x", source="exchange"), *cands("s")]
+    assert r.plan(0.0, pool) == [Connect("s:1")]
+    r.up("s:1", 0.0)
+    r.down("s:1", STEADY, "link lost: connection reset")
+    assert r.next_due(STEADY) == 0.0
+    assert r.plan(STEADY, pool) == [Connect("s:1")]  # the same member, at once
+    r.down("s:1", STEADY + 0.01, "cannot link: connection refused")
+    assert r.plan(STEADY + 0.01, pool) == [Connect("x:1")]  # s waits its backoff now; x at once
+    r.up("x:1", 20.0)
+    r.down("x:1", 20.0 + STEADY / 2, "closed")
+    assert r.targets["x:1"].next_try - (20.0 + STEADY / 2) >= 0.8 * backoff(1) > 0
 
 
 @given(st.lists(st.sampled_from(["up", "down", "refused", "plan"]), max_size=40), st.integers(0, 2**16))

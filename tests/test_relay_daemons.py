@@ -1,14 +1,20 @@
 """The return path's bounds and settings on real daemons (loopback): a relaying member over its
 cap refuses a link cleanly and the member asking links elsewhere; ``reachable`` decides, "auto"
-asks a peer."""
+asks a peer; a quiet member holding a link, and the member holding it for it, use about no CPU."""
 
 from __future__ import annotations
 
-from tests.daemons import Fleet, wait_until
+import os
+import time
+from pathlib import Path
+
+from tests.daemons import Daemon, Fleet, wait_until
 
 pytest_plugins = ["tests.daemons"]
 
 LINKED = 30.0
+QUIET = 10.0  # seconds of wall time over which idle CPU is measured
+IDLE_CPU_PERCENT = 2.0  # of one core: keepalives every 4 s and rounds backing off, nothing else
 
 
 def via(d: object) -> set[str]:
@@ -49,3 +55,26 @@ def test_reachable_true_keeps_no_links(fleet: Fleet) -> None:
     wait_until(lambda: m.has_message(sent["messageId"]), 10, "s's mail on m")
     assert m.status()["relay"] == {**m.status()["relay"], "reachable": True, "via": []}
     assert s.status()["relay"]["relaying_for"] == []
+
+
+def cpu_seconds(d: Daemon) -> float:
+    """User + system CPU time of ``d``'s process so far (/proc/PID/stat, fields 14 and 15)."""
+    fields = Path(f"/proc/{d.info['pid']}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_quiet_member_holding_a_link_costs_about_no_cpu(fleet: Fleet) -> None:
+    """With the default keepalive (4 s) and nothing sent, the member that cannot be called and the
+    member relaying for it each use under 2 % of a core, and the link stays up throughout."""
+    s = fleet.add("s")
+    m = fleet.add("m", seeds=[s], config={"reachable": False})
+    fleet.start()
+    wait_until(lambda: s.short_id in via(m), LINKED, "m linked to s")
+    before, t0 = {d.name: cpu_seconds(d) for d in (s, m)}, time.monotonic()
+    time.sleep(QUIET)  # the quiet being measured, not a wait for anything: no call reaches the daemons
+    wall = time.monotonic() - t0
+    used = {d.name: 100 * (cpu_seconds(d) - before[d.name]) / wall for d in (s, m)}
+    print(f"idle CPU over {wall:.1f} s with a link open: " + ", ".join(f"{n} {u:.2f} %" for n, u in used.items()))
+    (link,) = m.status()["relay"]["via"]
+    assert link["up_for"] >= QUIET, f"the link did not stay up while quiet: {link}"
+    assert all(u < IDLE_CPU_PERCENT for u in used.values()), f"idle CPU (% of a core): {used}"
