@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -57,11 +57,12 @@ def timed(nat: NatLab, sender: str, receiver: str) -> list[float]:
     return out
 
 
-def linked_since(laptop: Daemon, since: float) -> bool:
-    """``laptop`` holds both its links, each opened after ``since`` (``time.monotonic``)."""
-    via = laptop.status()["relay"]["via"]
-    age = time.monotonic() - since
-    return len(via) == 2 and all(v["up_for"] is not None and v["up_for"] < age for v in via)
+def relayed_both_ways(laptop: Daemon, relays: Sequence[Daemon]) -> bool:
+    """``laptop`` holds a link up to each of ``relays``, and each of them lists ``laptop`` among those
+    it relays for."""
+    via = {v["node_id"] for v in laptop.status()["relay"]["via"] if v["up_for"] is not None}
+    return (all(r.short_id in via for r in relays)
+            and all(laptop.short_id in {x["node_id"] for x in r.status()["relay"]["relaying_for"]} for r in relays))
 
 
 def test_laptops_behind_nat_get_mail_in_one_hop_again_after_mappings_are_lost_and_when_a_relay_dies(
@@ -88,23 +89,27 @@ def test_laptops_behind_nat_get_mail_in_one_hop_again_after_mappings_are_lost_an
     assert not problems, "; ".join(problems)
 
     # After quiet (l1's rounds backed off, its pooled connections closed), l1 itself sends nothing
-    # but its keepalives. A send right after the flush: S's push (and P's forward) get a reset from
-    # the router, and only l1's next ping finds its links lost. The mail may still come sooner by
-    # one of l1's rounds, so the links' mending is asserted on its own: both up again within 5 s.
+    # but its keepalives. A send right after the flush: a push to l1 meets a router that forgot the
+    # mapping. Either the router resets it (the relaying member drops the link, l1's next ping meets
+    # the reset and l1 links again) or l1's ping gets there first and maps the same connection anew
+    # (the link lives on). Either way l1 gets the mail within 5 s, both relaying members hold a link
+    # from it again, and mail comes down each of them within 5 s of the send: with a 25 s keepalive a
+    # reset link stays unknown to l1 for up to 25 s, and the member that reset it does not list l1.
     time.sleep(QUIET)  # quiet on purpose, as in the issue: what is measured is recovery after a pause
     nat.flush_conntrack()
-    flushed = time.monotonic()
     (parked,) = park_all(nat.fleet, [l1], ["after-flush"])
     s.send("sender", "after-flush", "after the flush")
     sent = time.monotonic()
-    relinked = wait_until(lambda: linked_since(l1, flushed) and time.monotonic(), 20, "l1 to link again")
     took = parked.woke_with("after the flush") - sent
-    print(f"after the flush: s -> l1 {took * 1000:.0f} ms, l1 linked again {(relinked - sent) * 1000:.0f} ms "
-          "after the send")
+    wait_until(lambda: relayed_both_ways(l1, (s, p)), AGAIN, "l1 linked to s and p again, as both say")
+    mended = time.monotonic() - sent
+    down = {r.name: delivery(nat.fleet, r, l1, f"mended-{r.name}", f"down the mended link from {r.name}")
+            for r in (s, p)}
+    print(f"after the flush: s -> l1 {took * 1000:.0f} ms; links held again {mended * 1000:.0f} ms after the send; "
+          + ", ".join(f"{n} -> l1 then {t * 1000:.0f} ms" for n, t in down.items()))
     assert took <= AGAIN, f"mail after the NAT mappings were lost took {took:.1f} s"
-    assert relinked - sent <= AGAIN, f"l1 linked again {relinked - sent:.1f} s after the send"
-    took = delivery(nat.fleet, p, l1, "mended", "down a mended link")
-    assert took * 1000 <= WORST_BOUND_MS, f"mail down the mended links took {took * 1000:.0f} ms"
+    over = {n: round(t, 1) for n, t in down.items() if t > AGAIN}
+    assert not over, f"mail down the links after the flush took longer than {AGAIN:g} s: {over}"
 
     s.kill()
     wait_until(lambda: nat.relays_of(l1) == {p.short_id}, 20, "l1 relayed by p alone")
