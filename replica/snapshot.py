@@ -37,7 +37,7 @@ from replica import ops as opsmod
 from replica.errors import InvalidOp
 from replica.models import ApplyResult
 from replica.ops import KIND_MSG, KIND_SET, Op
-from replica.sync import GONE, PINNED, REFUSED, STORE, Landing, Sync, _advance, _cover
+from replica.sync import GONE, PINNED, REFUSED, STORE, Landing, Sync, _advance, _cover, _reach
 
 VOUCHED = frozenset({KIND_MSG, KIND_SET})  # kinds a snapshot page stores on its signer's word
 TAKING, CURSOR, UNVERIFIED = "snapshot_taking", "snapshot_cursor", "snapshot_unverified"
@@ -300,6 +300,7 @@ class Snapshots(Sync):
         batch: list[tuple[int, Op]] = []
         positions: list[int] = []
         gone: dict[int, list[int]] = {}
+        expired: list[tuple[int, Op, int]] = []
         refused = 0
         for position, op in enumerate(decoded):
             if (op.origin, op.seq) in held:
@@ -309,12 +310,23 @@ class Snapshots(Sync):
                 refused += 1
             elif fate in (GONE, PINNED):
                 gone.setdefault(oid, []).append(op.seq)
+                if fate == GONE:
+                    expired.append((oid, op, position))
             elif fate == STORE:
                 held.add((op.origin, op.seq))  # a page naming an op twice stores it once
                 batch.append((oid, op))
                 positions.append(position)
         arrived = landing.arrived
         lseqs = bulk.store_batch(cur, batch, arrived)
+        late: list[tuple[int, Op]] = []  # gone above a hole: stored, as ``Sync`` does (purged once it fills)
+        for oid, op, position in expired:
+            if op.seq > _reach(cur, oid, gone[oid]) and (op.origin, op.seq) not in held:
+                held.add((op.origin, op.seq))
+                gone[oid].remove(op.seq)
+                late.append((oid, op))
+                positions.append(position)
+        lseqs += bulk.store_batch(cur, late, arrived)
+        batch += late
         for oid in {oid for oid, _op in batch} | set(gone):
             _advance(cur, oid, gone.get(oid, ()))
         vouched = [lseq for lseq, (_oid, op) in zip(lseqs, batch, strict=True) if op.kind in VOUCHED]

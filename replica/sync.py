@@ -106,7 +106,8 @@ class Sync(ReplicaCore):
         ``replica.membership``. ``covered``: origin -> (lo, hi) that the sender's page covers
         (every op it holds in the range is in ``raws``; the rest was purged): an origin held
         up to at least lo - 1 is then held (or purged) up to hi. An op that arrives already
-        purgeable (``retention.purgeable_on_arrival``) is counted, not stored; one at or below its
+        purgeable (``retention.purgeable_on_arrival``) is counted, not stored (unless it lands above a
+        hole in its origin's seqs: then it is stored, and purged once the hole fills); one at or below its
         origin's mark that is not held was purged here, and is skipped like a duplicate (sync never
         brings back what was purged)."""
         decoded, positions = self._decode_new(raws)
@@ -153,18 +154,12 @@ class Sync(ReplicaCore):
         refused = 0
         fleet_ops = False
         touched: dict[int, list[int]] = {}
+        gone_ops: dict[int, list[tuple[Op, int]]] = {}
         landing = Landing(self, cur, removed, new_oids)
         arrived = landing.arrived
-        for op, position in zip(decoded, positions, strict=True):
-            fate, oid = landing.fate(op)
-            if fate == REFUSED:
-                refused += 1
-                continue
-            if fate == PURGED_HERE:
-                continue
-            if fate in (GONE, PINNED):
-                touched.setdefault(oid, []).append(op.seq)
-                continue
+
+        def store(op: Op, oid: int, position: int) -> None:
+            nonlocal fleet_ops
             lseq = project.store_op(cur, oid, op, arrived)
             if lseq is not None:
                 new.append(lseq)
@@ -174,6 +169,26 @@ class Sync(ReplicaCore):
                 if oid == self._self_oid:  # an op of ours we never held: this replica is an older copy
                     _note_own_ahead(cur, op.seq, self._self_oid)
                     self.own_arrivals += 1
+
+        for op, position in zip(decoded, positions, strict=True):
+            fate, oid = landing.fate(op)
+            if fate == REFUSED:
+                refused += 1
+            elif fate in (GONE, PINNED):
+                touched.setdefault(oid, []).append(op.seq)
+                if fate == GONE:
+                    gone_ops.setdefault(oid, []).append((op, position))
+            elif fate == STORE:
+                store(op, oid, position)
+        for oid, waiting in gone_ops.items():
+            # The mark only counts a seq it reaches: one gone above a hole would be forgotten, and
+            # the ops after it held back for good. Such an op is stored instead; the first pass
+            # after the hole fills purges it, as on a replica that held it before it expired.
+            reach = _reach(cur, oid, touched[oid])
+            for op, position in waiting:
+                if op.seq > reach:
+                    touched[oid].remove(op.seq)
+                    store(op, oid, position)
         for oid, gone in touched.items():
             _advance(cur, oid, gone)
         return new, new_index, refused, fleet_ops
@@ -367,12 +382,22 @@ class _Scan:
         self.end = last if self.cut or self.mode == V1_RUN else hi
 
 
+def _above_mark(cur: Any, oid: int, gone: Sequence[int]) -> tuple[int, list[int]]:
+    """An origin's contiguous mark, and the seqs above it held or ``gone`` (arrived purged)."""
+    contig = int(cur.execute("SELECT contig FROM origins WHERE oid = ?", (oid,)).fetchone()[0])
+    held = [r[0] for r in cur.execute("SELECT seq FROM ops WHERE oid = ? AND seq > ? ORDER BY seq", (oid, contig))]
+    return contig, held + [s for s in gone if s > contig]
+
+
+def _reach(cur: Any, oid: int, gone: Sequence[int]) -> int:
+    """Where ``_advance`` would move an origin's mark with ``gone``."""
+    return vector.contiguous(*_above_mark(cur, oid, gone))
+
+
 def _advance(cur: Any, oid: int, gone: Sequence[int] = ()) -> None:
     """Move an origin's contiguous mark over every seq now held (or ``gone``: arrived purged), and
     its top."""
-    contig = int(cur.execute("SELECT contig FROM origins WHERE oid = ?", (oid,)).fetchone()[0])
-    held = [r[0] for r in cur.execute("SELECT seq FROM ops WHERE oid = ? AND seq > ? ORDER BY seq", (oid, contig))]
-    held += [s for s in gone if s > contig]
+    contig, held = _above_mark(cur, oid, gone)
     top = max(held, default=contig)
     cur.execute(
         "UPDATE origins SET contig = ?, top = max(top, ?) WHERE oid = ?",

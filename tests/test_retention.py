@@ -356,6 +356,32 @@ def bytes_on_disk(path: Path) -> int:
     return path.stat().st_size
 
 
+def test_an_op_purgeable_on_arrival_above_a_hole_does_not_hold_its_origin_back() -> None:
+    """An expired message that lands before an earlier op of its origin is stored, not dropped: a
+    dropped seq above the mark would be forgotten, and the origin's mark (and every later purge of
+    its ops) stuck below it. Once the hole fills, the mark passes it and a pass purges it."""
+    clock = Clock()
+    src = replica(clock)
+    src.set_retention(H)
+    src.send_message("alice", "bob", "first")
+    src.send_message("alice", "dave", "second")
+    src.send_message("alice", "carol", "third")
+    clock.now += 2 * H + 1  # all three messages are now purgeable on arrival
+    ret_op, first, second, third = raws(src)
+    r, at_once = replica(clock), replica(clock)
+    r.apply([ret_op])
+    r.apply([third])  # seqs 2 and 3 not here yet
+    r.apply([first])
+    r.apply([second])
+    at_once.apply([ret_op, first, second, third])
+    origin = src.node_key
+    mark = "SELECT contig, top FROM origins WHERE node = ?"
+    assert rows(r, mark, origin) == rows(at_once, mark, origin) == [(4, 4)]
+    for x in (r, at_once):
+        x.purge()
+    assert held(r) == held(at_once) == {(origin.hex(), 1)} and r.state_digest() == at_once.state_digest()
+
+
 def fill(r: Replica, n: int) -> None:
     for i in range(n):
         r.send_message("alice", "bob", f"{i} " + os.urandom(1500).hex())
