@@ -4,7 +4,10 @@ tool's spec, and the waiting loop that ``wait`` arguments use.
 Invariants:
 * Session binding fills in the caller's role and instance; explicit arguments win. The bound
   instance applies only to the bound role.
-* Replica calls never run on the event loop: ``Call.run`` hands them to a worker thread.
+* Replica calls never wait on the event loop. A quick tool's call (``ToolSpec.quick``: short
+  reads and writes, the hot ones) is tried on the loop in the replica's ``no_wait`` mode, and
+  handed to a worker thread only when it would wait for a lock (another thread or process is
+  using the replica; nothing was written); every other call goes to a worker thread.
 * ``wait`` blocks through the ``Waiter`` (the process's change feed, no polling), capped at
   ``MAX_WAIT_SECONDS``; the change mark is taken before each look.
 """
@@ -25,6 +28,7 @@ from replica import (
     InvalidArgument,
     Replica,
 )
+from replica.errors import WouldWait
 from replica.feed import Waiter
 from replica.names import same_name
 from replica.service import Service
@@ -63,17 +67,26 @@ class Call:
 
     env: Env
     bind: SessionBinding
+    quick: bool = False  # the tool's ``ToolSpec.quick``
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(replica, *args)`` on a worker thread."""
-        return await asyncio.to_thread(fn, self.env.replica(), *args)
+        """``fn(replica, *args)``: on the loop without waiting if the call is quick and nothing
+        holds the replica, else on a worker thread (see the module's invariants)."""
+        replica = self.env.replica()
+        if self.quick:
+            try:
+                with replica.no_wait():
+                    return fn(replica, *args)
+            except WouldWait:
+                pass  # nothing was written: the call runs again where it may wait
+        return await asyncio.to_thread(fn, replica, *args)
 
     async def serve(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(service, *args)`` (a ``replica.service.Service`` method) on a worker thread."""
-        return await asyncio.to_thread(_served, fn, self.env.replica(), args)
+        """``fn(service, *args)`` (a ``replica.service.Service`` method), as ``run`` runs its calls."""
+        return await self.run(_served, fn, args)
 
 
-def _served(fn: Callable[..., T], replica: Replica, args: tuple[Any, ...]) -> T:
+def _served(replica: Replica, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
     return fn(Service(replica), *args)
 
 
@@ -85,6 +98,7 @@ class ToolSpec(Generic[A, R]):
     out: type[R] | None  # None: no output schema (a result that may be null, as get_profile's)
     handler: Callable[[Call, A], Awaitable[R | Wire | None]]
     annotations: ToolAnnotations
+    quick: bool = False  # short replica work, tried on the event loop first (``Call.run``)
 
 
 # -- small pure helpers -------------------------------------------------------------------

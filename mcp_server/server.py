@@ -152,7 +152,7 @@ async def _run(spec: ToolSpec[Any, Any], env: Env, ctx: Context[Any, Any],
         args = spec.args.model_validate(dict(arguments))
     except ValidationError as exc:
         return error_result("invalid_argument", describe_invalid(exc, spec.args))
-    call = Call(env, request_binding(_request_of(ctx), env.bind))
+    call = Call(env, request_binding(_request_of(ctx), env.bind), spec.quick)
     try:
         out = await spec.handler(call, args)
     except PeerdError as exc:

@@ -5,8 +5,9 @@ Invariants:
 * A handler validates everything it can before it writes; a bad call raises
   ``InvalidArgument`` or ``NotFound`` (replica's error hierarchy) and leaves the
   replica unchanged.
-* Replica calls never run on the event loop: each handler hands one small
-  synchronous function to ``Call.run`` (a worker thread).
+* Replica calls never wait on the event loop: each handler hands one small synchronous function
+  to ``Call.run``, which runs a ``QUICK`` tool's on the loop unless the replica is busy, and
+  every other on a worker thread.
 * Session binding fills in the caller's role and instance; explicit arguments
   win (``mcp_server.calls``). The bound instance applies only to the bound role.
 * Results use VantagePeers' names and forms (``messageId``, ``from``, ``createdAt`` in Unix
@@ -23,6 +24,7 @@ Invariants:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from mcp.types import ToolAnnotations
@@ -214,7 +216,7 @@ _ADD = ToolAnnotations(read_only_hint=False, destructive_hint=False)
 _SET = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True)
 _DROP = ToolAnnotations(read_only_hint=False, destructive_hint=True)
 
-TOOLS: tuple[ToolSpec[Any, Any], ...] = (
+_TABLE: tuple[ToolSpec[Any, Any], ...] = (
     ToolSpec("send_message", "Send a message to a role, a comma-separated list of roles, an instance, or "
              "'broadcast'; returns its messageId.", s.SendMessageArgs, s.SentOut, send_message, _ADD),
     ToolSpec("check_messages", "Fetch your unread messages (oldest first) with their receipt ids; set wait "
@@ -276,3 +278,10 @@ TOOLS: tuple[ToolSpec[Any, Any], ...] = (
     *LEASE_TOOLS,
     *ACK_TOOLS,
 )
+
+# The hot calls, each a few short statements on the replica: tried on the event loop first, and
+# handed to a worker thread only when the replica is busy (``mcp_server.calls``). Searches, lists
+# and everything else always run on a worker thread.
+QUICK = frozenset({"send_message", "check_messages", "mark_as_read", "message_status", "get_message", "get_profile",
+                   "list_peers", "set_summary", "whoami", "append", "poll", "has_unread", "mark_read", "thread_status"})
+TOOLS: tuple[ToolSpec[Any, Any], ...] = tuple(replace(t, quick=t.name in QUICK) for t in _TABLE)

@@ -10,6 +10,8 @@ Invariants:
   never below the floor a purge of own ops leaves in ``origins`` (``top``, ``hlc``).
 * Listeners are called after the commit, from the writing thread, and only
   when new ops were stored.
+* A remembered read (``_remembered``) is answered again only while the file's version is the one
+  it was read at: never an answer older than the last commit, by any process.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Self, TypeVar
+from contextlib import AbstractContextManager
+from typing import Any, Self, TypeVar, cast
 
 from replica import firstseen, pins, pinstore, project, routing, store
 from replica import hlc as hlcmod
@@ -91,6 +94,7 @@ class ReplicaCore:
         self._listen_lock = threading.Lock()
         self._oids: dict[bytes, int] = {}  # origin key -> row id, for apply
         self._floors: dict[tuple[str, str | None, int], int] = {}  # inbox floors, see Messaging._inbox_rows
+        self._reads: dict[str, tuple[tuple[int, int], Any]] = {}  # see _remembered
         with st.write() as cur:
             self._self_oid = store.origin_id(cur, ident.public_key)
 
@@ -117,6 +121,12 @@ class ReplicaCore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def no_wait(self) -> AbstractContextManager[None]:
+        """A block whose replica calls never wait for a lock: ``WouldWait`` instead, before anything
+        is committed (``Store.no_wait``). For a caller that would rather run the call elsewhere than
+        wait where it is (an event loop)."""
+        return self._store.no_wait()
+
     def add_listener(self, listener: Listener) -> None:
         """Call ``listener()`` (from the writing thread) after each commit of new ops."""
         with self._listen_lock:
@@ -132,6 +142,19 @@ class ReplicaCore:
             listeners = list(self._listeners)
         for cb in listeners:
             cb()
+
+    def _remembered(self, name: str, read: Callable[[], T]) -> T:
+        """``read()``, or what it returned last time when nothing has been committed to the file
+        since (``Store.version``: by any connection). The version is taken before the read, so a
+        commit during it only makes the next call read again. What is returned is shared: callers
+        only read it."""
+        version = self._store.version()
+        hit = self._reads.get(name)
+        if hit is not None and hit[0] == version:
+            return cast(T, hit[1])
+        value = read()
+        self._reads[name] = (version, value)
+        return value
 
     # -- writing ops ----------------------------------------------------------------
 

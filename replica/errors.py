@@ -98,6 +98,12 @@ class StoreError(LocalError):
     """The SQLite store failed (corrupt file, disk full, locked for too long)."""
 
 
+class WouldWait(StoreError):
+    """In a ``Store.no_wait`` block, a lock another thread or process holds would have made the
+    call wait; nothing was written. The caller runs the call again where waiting is allowed (a
+    worker thread): it never reaches a user."""
+
+
 class Undecodable(RemoteError, ValueError):
     """Bytes are not the msgpack they should be (``codec.unpack``); callers translate
     it into their own error (an invalid op, a bad invite, a peer protocol error)."""

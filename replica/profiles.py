@@ -182,7 +182,11 @@ class Profiles(ReplicaCore):
         return _profile(rows) if rows else None
 
     def list_profiles(self) -> list[Profile]:
-        """Every profile, roles' and instances', by role then instance (matching keys)."""
+        """Every profile, roles' and instances', by role then instance (matching keys). Read again
+        only after a commit (``_remembered``): the profiles are shared, not to be changed."""
+        return list(self._remembered("profiles", self._read_profiles))
+
+    def _read_profiles(self) -> list[Profile]:
         with self._store.read() as cur:
             rows = cur.execute(f"{_PROFILE} ORDER BY p.rkey, p.ikey").fetchall()
         by_id: dict[str, list[Any]] = {}

@@ -12,6 +12,10 @@ Invariants:
 * ``arrived`` (Unix ms) never decreases along lseq, so "arrived after T" is
   "lseq after the last op that arrived at or before T".
 * sqlite3 errors are translated to ``StoreError`` here and go no further.
+* In a ``no_wait`` block (the event loop trying a short call before it hands it to a worker
+  thread) a lock held elsewhere raises ``WouldWait`` instead of waiting, as long as nothing has
+  been committed in the block; after a commit the block's work may not be redone, so the rest
+  of it waits as usual. The block holds the connection's lock from start to end.
 * ``check_file`` opens a file read-only (``mode=ro``): looking never writes.
 """
 
@@ -25,10 +29,11 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from replica import migrate, schema
-from replica.errors import StoreError
+from replica.errors import StoreError, WouldWait
 from replica.models import FileCheck
 
 BUSY_TIMEOUT_MS = 30_000
+_BUSY = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED: the primary result codes of a lock held elsewhere
 
 
 CACHE_KIB = 2048  # page cache per connection (2 MiB): hot index pages fit; the OS page cache holds the rest
@@ -40,6 +45,8 @@ class Store:
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
         self.lock = threading.RLock()
+        self._no_wait = False  # a no_wait block holds the lock, so only its thread reads this
+        self.commits = 0  # commits through this connection; with data_version, see ``version``
         try:
             self.conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False,
@@ -105,6 +112,40 @@ class Store:
             self.conn.close()
 
     @contextmanager
+    def no_wait(self) -> Iterator[None]:
+        """Run the block without waiting for a lock (see the module's invariants): ``WouldWait``
+        at once if another thread uses the connection, or if a read or a write of the block meets
+        a lock another connection holds before the block has committed anything."""
+        if not self.lock.acquire(blocking=False):
+            raise WouldWait(f"{self.path} is in use by another thread")
+        try:
+            if self._no_wait:  # nested: the outer block decides
+                yield
+                return
+            self.conn.execute("PRAGMA busy_timeout = 0")
+            self._no_wait = True
+            try:
+                yield
+            finally:
+                self._wait_again()
+        finally:
+            self.lock.release()
+
+    def _wait_again(self) -> None:
+        if self._no_wait:
+            self._no_wait = False
+            self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+
+    def _would_wait(self, exc: sqlite3.Error) -> bool:
+        return self._no_wait and getattr(exc, "sqlite_errorcode", 0) & 0xFF in _BUSY
+
+    def version(self) -> tuple[int, int]:
+        """A value that changes whenever anything is committed to the file, by this connection
+        (``commits``) or any other (SQLite's ``data_version``): what a cache of a read checks."""
+        with self.lock:
+            return int(self.conn.execute("PRAGMA data_version").fetchone()[0]), self.commits
+
+    @contextmanager
     def write(self) -> Iterator[sqlite3.Cursor]:
         """A write transaction (BEGIN IMMEDIATE ... COMMIT, rolled back on error)."""
         with self.lock:
@@ -112,10 +153,14 @@ class Store:
                 cur = self.conn.cursor()
                 cur.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
+                if self._would_wait(exc):
+                    raise WouldWait(f"{self.path} is being written by another connection") from None
                 raise StoreError(f"cannot start a write on {self.path}: {exc}") from None
             try:
                 yield cur
                 cur.execute("COMMIT")
+                self.commits += 1
+                self._wait_again()
             except BaseException as exc:
                 with suppress(sqlite3.Error):
                     self.conn.execute("ROLLBACK")
@@ -134,6 +179,8 @@ class Store:
                     cur.execute("BEGIN")
                 yield cur
             except sqlite3.Error as exc:
+                if self._would_wait(exc):
+                    raise WouldWait(f"{self.path} is locked by another connection") from None
                 raise StoreError(f"read failed on {self.path}: {exc}") from None
             finally:
                 if outer:
