@@ -186,9 +186,11 @@ FLOOR = Path(__file__).resolve().parent / "mcp_floor.py"
 """The bare MCP server the MCP figures are measured against."""
 
 
-async def floor_http(payload_file: Path) -> tuple[asyncio.subprocess.Process, str]:
-    """Start ``mcp_floor.py`` over HTTP with ``payload_file``; its process and MCP URL, once it listens."""
-    proc = await asyncio.create_subprocess_exec(sys.executable, str(FLOOR), str(payload_file), "http",
+async def floor_http(payload_file: Path, schema_file: Path | None = None) -> tuple[asyncio.subprocess.Process, str]:
+    """Start ``mcp_floor.py`` over HTTP with ``payload_file`` (and output schemas, if given); its
+    process and MCP URL, once it listens."""
+    extra = [] if schema_file is None else [str(schema_file)]
+    proc = await asyncio.create_subprocess_exec(sys.executable, str(FLOOR), str(payload_file), "http", *extra,
                                                 stdout=asyncio.subprocess.PIPE)
     assert proc.stdout is not None
     port = int((await proc.stdout.readline()).decode())

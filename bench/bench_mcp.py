@@ -7,7 +7,10 @@
    ``MCPServer``, the same transport) whose tools return the very payloads peerd returned.
    peerd and the floor are called in alternating blocks, so load elsewhere hits both.
    Target: p50 of each within 1.3x of its floor (a send: its recipient check, write and
-   read-back are one transaction, `replica.service`).
+   read-back are one transaction, `replica.service`). Beside it, with no target, peerd's p50
+   against a second floor whose tools also declare peerd's output schemas: the SDK client
+   validates every result against its tool's schema, and that cost is the client's, paid by
+   the floor too once it publishes the same schemas. What is left is what peerd itself adds.
 2. A big replica (100k messages): ``send_message`` and ``check_messages`` (10 of them)
    against the same calls made straight on the Python API (in-process, no MCP, no
    transport). Target: p50 <= 5 ms over HTTP.
@@ -101,15 +104,22 @@ async def payloads(client: Client, thread: str) -> dict[str, object]:
     return out
 
 
-async def against_floor(peerd: Client, floor: Client, thread: str, count: int) -> dict[str, list[list[float]]]:
-    """Latencies (ms) of each tool, [peerd, floor], in alternating blocks after a warm-up."""
+async def output_schemas(client: Client) -> dict[str, object]:
+    """The output schema peerd lists for each measured tool, for the second floor to declare."""
+    listed = {tool.name: tool.output_schema for tool in (await client.list_tools()).tools}
+    return {tool: listed[tool] for tool in floor_calls("") if listed.get(tool) is not None}
+
+
+async def against_floor(sides: Sequence[Client], thread: str, count: int) -> dict[str, list[list[float]]]:
+    """Latencies (ms) of each tool, one list per side (peerd, the floor, the floor with peerd's
+    output schemas), in alternating blocks after a warm-up."""
     out: dict[str, list[list[float]]] = {}
     for tool, make in floor_calls(thread).items():
-        samples: list[list[float]] = [[], []]
-        for client in (peerd, floor):
+        samples: list[list[float]] = [[] for _ in sides]
+        for client in sides:
             await timed(lambda i, c=client, m=make: call(c, *m(i)), 10)  # warm up
         for start in range(0, count, BLOCK):
-            for side, client in enumerate((peerd, floor)):
+            for side, client in enumerate(sides):
                 samples[side] += await timed(lambda i, c=client, m=make, s=start: call(c, *m(s + i)), BLOCK)
         out[tool] = samples
     return out
@@ -117,17 +127,19 @@ async def against_floor(peerd: Client, floor: Client, thread: str, count: int) -
 
 def floor_figures(label: str, lat: dict[str, list[list[float]]]) -> list[Figure]:
     figs = []
-    for tool, (ours, floor) in lat.items():
+    for tool, (ours, floor, schema_floor) in lat.items():
         name = f"{label} {tool}" + (f" ({FETCH} of {STORED:,})" if tool == "check_messages" else "")
         f50, f99 = percentile(floor, 50), percentile(floor, 99)
         note(f"{name}: floor p50 {f50:.2f} ms, p99 {f99:.2f} ms")
         figs.append(report(Figure(f"{name} p50", percentile(ours, 50), "ms", at_most(FLOOR_RATIO * f50), f50)))
         figs.append(report(Figure(f"{name} p99", percentile(ours, 99), "ms", None, f99)))
+        figs.append(report(Figure(f"{name} p50, floor with output schemas", percentile(ours, 50), "ms", None,
+                                  percentile(schema_floor, 50))))
     return figs
 
 
 async def run_floors(root: Path, count: int) -> list[Figure]:
-    home, payload_file = root / "small", root / "payloads.json"
+    home, payload_file, schema_file = root / "small", root / "payloads.json", root / "schemas.json"
     section(f"against the floor: {STORED:,} messages stored, a thread of {THREAD_MSGS}, {PROFILES} profiles")
     build_small_home(home)
     thread = (home / "thread_id").read_text()
@@ -135,19 +147,24 @@ async def run_floors(root: Path, count: int) -> list[Figure]:
     params = StdioServerParameters(command=str(PEERD), args=["mcp", "--home", str(home)])
     async with Client(params) as ours:
         payload_file.write_text(json.dumps(await payloads(ours, thread)))
-        floor_params = StdioServerParameters(command=sys.executable, args=[str(FLOOR), str(payload_file), "stdio"])
-        async with Client(floor_params) as floor:
-            figures += floor_figures("stdio", await against_floor(ours, floor, thread, count))
+        schema_file.write_text(json.dumps(await output_schemas(ours)))
+        floor_args = [str(FLOOR), str(payload_file), "stdio"]
+        floor_params = StdioServerParameters(command=sys.executable, args=floor_args)
+        schema_params = StdioServerParameters(command=sys.executable, args=[*floor_args, str(schema_file)])
+        async with Client(floor_params) as floor, Client(schema_params) as schema_floor:
+            figures += floor_figures("stdio", await against_floor((ours, floor, schema_floor), thread, count))
     daemon = Daemon("small", home, 0, fleet_key="", log_level="warning")
     daemon.initialised = True
     info = await asyncio.to_thread(daemon.start)
     proc, url = await floor_http(payload_file)
+    schema_proc, schema_url = await floor_http(payload_file, schema_file)
     try:
-        async with Client(info["mcp_url"]) as ours, Client(url) as floor:
-            figures += floor_figures("HTTP", await against_floor(ours, floor, thread, count))
+        async with Client(info["mcp_url"]) as ours, Client(url) as floor, Client(schema_url) as schema_floor:
+            figures += floor_figures("HTTP", await against_floor((ours, floor, schema_floor), thread, count))
     finally:
-        proc.terminate()
-        await proc.wait()
+        for p in (proc, schema_proc):
+            p.terminate()
+            await p.wait()
         daemon.stop(30)
     return figures
 

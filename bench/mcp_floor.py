@@ -7,8 +7,12 @@ peerd returns them (JSON text and structured content). Nothing is looked up, val
 beyond the SDK's own argument model, or written: what is left is the SDK's and the
 transport's cost of one call carrying that payload.
 
-    python bench/mcp_floor.py PAYLOADS.json stdio
-    python bench/mcp_floor.py PAYLOADS.json http     # prints the port it listens on, then serves
+With a third file (``{tool: outputSchema}``, as peerd lists them) the tools declare those
+output schemas, so the client validates each result as it does peerd's: the floor of a server
+that publishes peerd's result schemas (``bench_mcp.py`` reports it beside the bare floor).
+
+    python bench/mcp_floor.py PAYLOADS.json stdio [SCHEMAS.json]
+    python bench/mcp_floor.py PAYLOADS.json http [SCHEMAS.json]  # prints the port it listens on, then serves
 """
 
 from __future__ import annotations
@@ -50,6 +54,14 @@ def build(payloads: dict[str, dict[str, Any]]) -> MCPServer[Any]:
     return server
 
 
+def declare_output_schemas(server: MCPServer[Any], schemas: dict[str, dict[str, Any]]) -> None:
+    """Publish ``schemas`` as the tools' output schemas (the SDK reads them live, at each listing)."""
+    for name, schema in schemas.items():
+        tool = server._tool_manager.get_tool(name)  # the SDK has no public setter
+        assert tool is not None, name
+        tool.fn_metadata.output_schema = schema
+
+
 def serve_http(server: MCPServer[Any]) -> None:
     import anyio  # noqa: PLC0415
     import uvicorn  # noqa: PLC0415
@@ -69,6 +81,8 @@ def serve_http(server: MCPServer[Any]) -> None:
 def main() -> None:
     payloads = json.loads(Path(sys.argv[1]).read_text())
     server = build(payloads)
+    if len(sys.argv) > 3:
+        declare_output_schemas(server, json.loads(Path(sys.argv[3]).read_text()))
     if sys.argv[2] == "http":
         serve_http(server)
     else:

@@ -15,11 +15,13 @@ Invariants:
   arguments are simply not required (never ``null`` unions).
 * Published output schemas are self-contained and quick to check: no ``$ref``
   (definitions are inlined), a nullable scalar, object or list is ``"type": [T, "null"]``
-  rather than an ``anyOf``, and the items of a list of objects (an inbox, a
-  page, peers) are described shallowly: ``{"type": "object"}`` with a
-  description naming their fields (docs/mcp.md lists them). Clients validate
-  every result against them (the SDK's client does, with jsonschema), so a
-  schema's depth is paid on every call; the top-level fields stay typed.
+  rather than an ``anyOf``, and the items of a top-level list are described
+  shallowly: a list of objects (an inbox, a page, peers) by a description naming
+  their fields (docs/mcp.md lists them), a list of strings or numbers (a send's
+  ``recipients`` and ``knownRoles``) by a description naming their type. Clients
+  validate every result against them (the SDK's client does, with jsonschema,
+  one step per item an ``items`` schema would add), so a schema's depth is paid on
+  every call; the top-level fields stay typed.
 * Every string argument must be valid Unicode (no lone surrogate), so nothing
   an argument carries can fail on its way to SQLite or back out as JSON.
 """
@@ -371,18 +373,29 @@ def output_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _shallow_lists(schema: dict[str, Any]) -> dict[str, Any]:
-    """``schema`` with each top-level list of objects published without an ``items`` schema, its
-    description naming the items' fields instead: a client that checks results against the schema
-    (the SDK's does, on every call) then checks the list's type once instead of walking every item."""
+    """``schema`` with each top-level list published without an ``items`` schema, its description
+    naming the items' fields (objects) or type (strings, numbers) instead: a client that checks
+    results against the schema (the SDK's does, on every call) then checks the list's type once
+    instead of walking every item."""
     props = {name: _shallow_items(prop) for name, prop in schema.get("properties", {}).items()}
     return {**schema, "properties": props} if props else schema
 
 
+_SCALARS = {"string": "Strings.", "integer": "Integers.", "number": "Numbers.", "boolean": "Booleans."}
+
+
+def _items_said(items: dict[str, Any]) -> str | None:
+    """What a description says of a list's items in place of their schema; None: keep the schema."""
+    if "properties" in items:
+        return f"Objects, each with the fields {', '.join(items['properties'])}."
+    return _SCALARS.get(items["type"]) if set(items) == {"type"} and isinstance(items["type"], str) else None
+
+
 def _shallow_items(prop: dict[str, Any]) -> dict[str, Any]:
     items = prop.get("items")
-    if prop.get("type") != "array" or not isinstance(items, dict) or "properties" not in items:
+    listed = isinstance(items, dict) and prop.get("type") in ("array", ["array", "null"])
+    if (said := _items_said(items) if isinstance(items, dict) and listed else None) is None:
         return prop
-    said = f"Objects, each with the fields {', '.join(items['properties'])}."
     told = prop.get("description")
     rest = {k: v for k, v in prop.items() if k not in ("items", "description")}
     return {"description": f"{told} {said}" if told else said, **rest}

@@ -37,7 +37,7 @@ from replica import ops as opsmod
 from replica.errors import InvalidOp
 from replica.models import ApplyResult
 from replica.ops import KIND_MSG, KIND_SET, Op
-from replica.sync import GONE, PINNED, REFUSED, STORE, Landing, Sync, _advance, _cover, _reach
+from replica.sync import GONE, PINNED, REFUSED, STORE, Landing, Sync, _advance, _cover, _stranded
 
 VOUCHED = frozenset({KIND_MSG, KIND_SET})  # kinds a snapshot page stores on its signer's word
 TAKING, CURSOR, UNVERIFIED = "snapshot_taking", "snapshot_cursor", "snapshot_unverified"
@@ -319,8 +319,9 @@ class Snapshots(Sync):
         arrived = landing.arrived
         lseqs = bulk.store_batch(cur, batch, arrived)
         late: list[tuple[int, Op]] = []  # gone above a hole: stored, as ``Sync`` does (purged once it fills)
+        stranded = {oid: _stranded(cur, oid, gone[oid]) for oid in {oid for oid, _op, _p in expired}}
         for oid, op, position in expired:
-            if op.seq > _reach(cur, oid, gone[oid]) and (op.origin, op.seq) not in held:
+            if op.seq in stranded[oid] and (op.origin, op.seq) not in held:
                 held.add((op.origin, op.seq))
                 gone[oid].remove(op.seq)
                 late.append((oid, op))

@@ -181,12 +181,11 @@ class Sync(ReplicaCore):
             elif fate == STORE:
                 store(op, oid, position)
         for oid, waiting in gone_ops.items():
-            # The mark only counts a seq it reaches: one gone above a hole would be forgotten, and
-            # the ops after it held back for good. Such an op is stored instead; the first pass
-            # after the hole fills purges it, as on a replica that held it before it expired.
-            reach = _reach(cur, oid, touched[oid])
+            # Gone above a hole: stored instead (``vector.stranded``); the first pass after the
+            # hole fills purges it, as on a replica that held it before it expired.
+            late = _stranded(cur, oid, touched[oid])
             for op, position in waiting:
-                if op.seq > reach:
+                if op.seq in late:
                     touched[oid].remove(op.seq)
                     store(op, oid, position)
         for oid, gone in touched.items():
@@ -389,9 +388,11 @@ def _above_mark(cur: Any, oid: int, gone: Sequence[int]) -> tuple[int, list[int]
     return contig, held + [s for s in gone if s > contig]
 
 
-def _reach(cur: Any, oid: int, gone: Sequence[int]) -> int:
-    """Where ``_advance`` would move an origin's mark with ``gone``."""
-    return vector.contiguous(*_above_mark(cur, oid, gone))
+def _stranded(cur: Any, oid: int, gone: Sequence[int]) -> set[int]:
+    """The seqs of ``gone`` (arrived purgeable) that ``_advance`` would not reach: to be stored
+    (``vector.stranded``). Shared by op batches (``Sync``) and snapshot pages."""
+    contig, above = _above_mark(cur, oid, ())
+    return vector.stranded(contig, above, gone)
 
 
 def _advance(cur: Any, oid: int, gone: Sequence[int] = ()) -> None:

@@ -24,6 +24,16 @@ def contiguous(start: int, held: Iterable[int]) -> int:
     return n
 
 
+def stranded(start: int, held: Iterable[int], gone: Iterable[int]) -> set[int]:
+    """The seqs of ``gone`` (ops that arrived already purgeable) the mark would not reach from
+    ``start`` with ``held`` and ``gone`` counted: they lie above a hole. Such an op is stored, not
+    dropped: a dropped seq above the mark would be forgotten, and hold its origin's mark (and every
+    later purge of its ops) back until a peer sent it again."""
+    gone = set(gone)
+    reach = contiguous(start, [*held, *gone])
+    return {s for s in gone if s > reach}
+
+
 def covered_to(contig: int, lo: int, hi: int) -> int:
     """An origin's contiguous mark after a page covering lo..hi: moved to hi when the range starts
     at or below the next seq wanted, else unchanged (a hole before lo stays a hole)."""

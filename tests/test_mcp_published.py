@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mcp_server import published, schemas
-from mcp_server.schemas import InboxOut, PeersOut, PollOut
+from mcp_server.schemas import InboxOut, MarkedOut, PeersOut, PollOut, SentOut, ThreadOut
 
 
 def test_schema_file_equals_what_the_models_give() -> None:
@@ -32,6 +32,16 @@ def test_lists_of_objects_are_shallow_and_name_their_fields() -> None:
     inbox = schemas.output_schema(InboxOut)["properties"]
     assert inbox["cursor"]["type"] == "integer" and inbox["nextSince"]["type"] == ["integer", "null"]
 
+
+
+def test_lists_of_strings_are_shallow_and_say_so() -> None:
+    """A send's recipients and known roles, a mark's unknown ids, a thread's participants: no items
+    schema (a client would check each item, on every call), the description says they are strings."""
+    for model, field in ((SentOut, "recipients"), (SentOut, "unknownRecipients"), (SentOut, "knownRoles"),
+                         (MarkedOut, "unknown"), (ThreadOut, "participants")):
+        prop = schemas.output_schema(model)["properties"][field]
+        assert "items" not in prop and "array" in prop["type"] and prop["description"].endswith("Strings.")
+    assert schemas.output_schema(SentOut)["properties"]["knownRoles"]["type"] == ["array", "null"]
 
 def test_generate_refuses_two_models_of_one_name() -> None:
     """Schemas are stored by model name, so two different models of one name are an error."""

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replica import InvalidArgument, Replica, identity, ops, schema
+from replica import InvalidArgument, Replica, identity, ops, schema, vector
 from replica import retention as ret
 from replica.hlc import pack, wall_of
 from tests.conftest import pull
@@ -381,6 +381,27 @@ def test_an_op_purgeable_on_arrival_above_a_hole_does_not_hold_its_origin_back()
         x.purge()
     assert held(r) == held(at_once) == {(origin.hex(), 1)} and r.state_digest() == at_once.state_digest()
 
+
+
+@settings(deadline=None)
+@given(start=st.integers(0, 5), held_=st.sets(st.integers(1, 20)), gone=st.sets(st.integers(1, 20)))
+def test_the_seqs_gone_above_a_hole_are_exactly_those_the_mark_cannot_reach(start: int, held_: set[int],
+                                                                          gone: set[int]) -> None:
+    """``vector.stranded`` (the one rule op batches and snapshot pages share): storing the stranded
+    ops instead of counting them as gone leaves the mark where counting all of them would move it,
+    and every op dropped as gone is one the mark passes."""
+    late = vector.stranded(start, held_, gone)
+    reach = vector.contiguous(start, held_ | gone)
+    assert late <= gone and all(s > reach for s in late)
+    assert vector.contiguous(start, held_ | late | (gone - late)) == reach
+    assert all(s <= reach for s in gone - late)
+    assert vector.stranded(start, held_, gone - late) == set()  # what is left to drop is all reachable
+
+
+def test_an_op_gone_right_after_the_mark_is_not_stranded_and_one_after_a_hole_is() -> None:
+    assert vector.stranded(3, [5], [4, 7]) == {7}
+    assert vector.stranded(0, [], [2, 3]) == {2, 3}
+    assert vector.stranded(0, [2], [1, 3]) == set()
 
 def fill(r: Replica, n: int) -> None:
     for i in range(n):
