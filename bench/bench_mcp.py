@@ -11,6 +11,9 @@
    against a second floor whose tools also declare peerd's output schemas: the SDK client
    validates every result against its tool's schema, and that cost is the client's, paid by
    the floor too once it publishes the same schemas. What is left is what peerd itself adds.
+   Over stdio, also with no target, peerd's p50 against the floor served on peerd's own stdio
+   transport (``mcp_server.pipes``: no worker thread per line, as the SDK's transport has): the
+   bare floor keeps the SDK's transport, so part of peerd's lead there is its transport.
 2. A big replica (100k messages): ``send_message`` and ``check_messages`` (10 of them)
    against the same calls made straight on the Python API (in-process, no MCP, no
    transport). Target: p50 <= 5 ms over HTTP.
@@ -112,7 +115,8 @@ async def output_schemas(client: Client) -> dict[str, object]:
 
 async def against_floor(sides: Sequence[Client], thread: str, count: int) -> dict[str, list[list[float]]]:
     """Latencies (ms) of each tool, one list per side (peerd, the floor, the floor with peerd's
-    output schemas), in alternating blocks after a warm-up."""
+    output schemas, and over stdio the floor on peerd's transport), in alternating blocks after a
+    warm-up."""
     out: dict[str, list[list[float]]] = {}
     for tool, make in floor_calls(thread).items():
         samples: list[list[float]] = [[] for _ in sides]
@@ -127,7 +131,7 @@ async def against_floor(sides: Sequence[Client], thread: str, count: int) -> dic
 
 def floor_figures(label: str, lat: dict[str, list[list[float]]]) -> list[Figure]:
     figs = []
-    for tool, (ours, floor, schema_floor) in lat.items():
+    for tool, (ours, floor, schema_floor, *pipes_floor) in lat.items():
         name = f"{label} {tool}" + (f" ({FETCH} of {STORED:,})" if tool == "check_messages" else "")
         f50, f99 = percentile(floor, 50), percentile(floor, 99)
         note(f"{name}: floor p50 {f50:.2f} ms, p99 {f99:.2f} ms")
@@ -135,6 +139,9 @@ def floor_figures(label: str, lat: dict[str, list[list[float]]]) -> list[Figure]
         figs.append(report(Figure(f"{name} p99", percentile(ours, 99), "ms", None, f99)))
         figs.append(report(Figure(f"{name} p50, floor with output schemas", percentile(ours, 50), "ms", None,
                                   percentile(schema_floor, 50))))
+        for same_transport in pipes_floor:
+            figs.append(report(Figure(f"{name} p50, floor on peerd's stdio transport", percentile(ours, 50), "ms",
+                                      None, percentile(same_transport, 50))))
     return figs
 
 
@@ -151,8 +158,12 @@ async def run_floors(root: Path, count: int) -> list[Figure]:
         floor_args = [str(FLOOR), str(payload_file), "stdio"]
         floor_params = StdioServerParameters(command=sys.executable, args=floor_args)
         schema_params = StdioServerParameters(command=sys.executable, args=[*floor_args, str(schema_file)])
-        async with Client(floor_params) as floor, Client(schema_params) as schema_floor:
-            figures += floor_figures("stdio", await against_floor((ours, floor, schema_floor), thread, count))
+        pipes_args = [str(FLOOR), str(payload_file), "stdio-pipes"]
+        pipes_params = StdioServerParameters(command=sys.executable, args=pipes_args)
+        async with Client(floor_params) as floor, Client(schema_params) as schema_floor, \
+                Client(pipes_params) as pipes_floor:
+            figures += floor_figures("stdio", await against_floor((ours, floor, schema_floor, pipes_floor), thread,
+                                                                  count))
     daemon = Daemon("small", home, 0, fleet_key="", log_level="warning")
     daemon.initialised = True
     info = await asyncio.to_thread(daemon.start)

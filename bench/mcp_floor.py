@@ -11,7 +11,11 @@ With a third file (``{tool: outputSchema}``, as peerd lists them) the tools decl
 output schemas, so the client validates each result as it does peerd's: the floor of a server
 that publishes peerd's result schemas (``bench_mcp.py`` reports it beside the bare floor).
 
-    python bench/mcp_floor.py PAYLOADS.json stdio [SCHEMAS.json]
+``stdio-pipes`` serves stdio the way ``peerd mcp`` does (``mcp_server.pipes``: stdin and stdout
+read and written on the event loop, not through the SDK's worker threads), so ``bench_mcp.py``
+can show what peerd adds over a bare server on the same transport.
+
+    python bench/mcp_floor.py PAYLOADS.json stdio|stdio-pipes [SCHEMAS.json]
     python bench/mcp_floor.py PAYLOADS.json http [SCHEMAS.json]  # prints the port it listens on, then serves
 """
 
@@ -21,7 +25,7 @@ import json
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from mcp.server import MCPServer
 from mcp.types import CallToolResult, TextContent
@@ -78,6 +82,22 @@ def serve_http(server: MCPServer[Any]) -> None:
     anyio.run(uvicorn.Server(config).serve, [sock])
 
 
+def serve_pipes(server: MCPServer[Any]) -> None:
+    import anyio  # noqa: PLC0415
+    from mcp.server.stdio import stdio_server  # noqa: PLC0415
+
+    from mcp_server.pipes import loop_stdio  # noqa: PLC0415 - peerd's stdio transport
+
+    async def serve() -> None:
+        lowlevel = server._lowlevel_server
+        async with loop_stdio() as pipes:
+            assert pipes is not None, "stdin and stdout must be pipes"
+            async with stdio_server(*cast(Any, pipes)) as (read, write):
+                await lowlevel.run(read, write, lowlevel.create_initialization_options())
+
+    anyio.run(serve)
+
+
 def main() -> None:
     payloads = json.loads(Path(sys.argv[1]).read_text())
     server = build(payloads)
@@ -85,6 +105,8 @@ def main() -> None:
         declare_output_schemas(server, json.loads(Path(sys.argv[3]).read_text()))
     if sys.argv[2] == "http":
         serve_http(server)
+    elif sys.argv[2] == "stdio-pipes":
+        serve_pipes(server)
     else:
         server.run("stdio")
 

@@ -16,7 +16,9 @@ Invariants:
   itself, so nothing a client sent is echoed back (a lone surrogate could not
   be written out as UTF-8).
 * ``guarded_stdio`` is the SDK's ``stdio_server`` with that wrapper on its read
-  stream; everything else (claiming fd 0 and 1, the writer) is the SDK's.
+  stream. On pipes it reads and writes them on the event loop (``mcp_server.pipes``, which
+  also claims fd 0 and 1 as the SDK does); elsewhere the SDK's transport does both. The SDK
+  parses every line and writes every message either way.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 import mcp_types as types
 from mcp.server import MCPServer
@@ -32,6 +34,8 @@ from mcp.server.stdio import stdio_server
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
+
+from mcp_server.pipes import loop_stdio
 
 DETAIL_MAX = 200
 
@@ -107,9 +111,12 @@ class AnswerBadLines:
 
 @asynccontextmanager
 async def guarded_stdio() -> AsyncIterator[tuple[AnswerBadLines, WriteStream[SessionMessage]]]:
-    """``stdio_server()``, answering unparseable lines with JSON-RPC errors."""
-    async with stdio_server() as (read, write):
-        yield AnswerBadLines(read, write), write
+    """``stdio_server()`` (on the event loop when stdin and stdout are pipes), answering
+    unparseable lines with JSON-RPC errors."""
+    async with loop_stdio() as pipes:
+        stdin, stdout = pipes if pipes is not None else (None, None)
+        async with stdio_server(cast(Any, stdin), cast(Any, stdout)) as (read, write):
+            yield AnswerBadLines(read, write), write
 
 
 async def run_guarded(server: MCPServer[Any]) -> None:

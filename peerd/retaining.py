@@ -9,7 +9,9 @@ Invariants:
   once per granule, not once per op.
 * Purge work runs off the event loop, one short write transaction per worker-thread call
   (``purge_step``, ``reclaim_step``), so agents' writes interleave with a long purge and a
-  shutdown never waits for more than one step.
+  shutdown never waits for more than one step. The horizon, read at every change, is read on the
+  loop in the replica's ``no_wait`` mode (on a worker thread only if that would wait): a send
+  costs this task no thread hop.
 * A failing pass (the store busy or full, or a bug) never ends the task: it is logged once per
   kind of error, and the next wake-up tries again.
 """
@@ -24,6 +26,7 @@ from typing import Any
 
 from replica import PeerdError, Replica
 from replica import retention as ret
+from replica.errors import WouldWait
 from replica.feed import FeedWaiter
 
 Offload = Callable[..., Awaitable[Any]]  # how replica work leaves the loop: asyncio.to_thread in the daemon
@@ -47,6 +50,15 @@ async def purge_pass(rep: Replica, offload: Offload = asyncio.to_thread) -> ret.
     return report
 
 
+async def _horizon(rep: Replica, offload: Offload) -> int:
+    """``rep.horizon_ms()``, on the loop unless that would wait for a lock."""
+    try:
+        with rep.no_wait():
+            return rep.horizon_ms()
+    except WouldWait:
+        return int(await offload(rep.horizon_ms))
+
+
 def _said(report: ret.PurgeReport) -> str:
     r = report.removed
     return (f"purged {r.messages} message(s), {r.receipts} receipt(s), {r.ops} op(s) in {report.took_ms} ms; "
@@ -60,7 +72,7 @@ async def keep_retention(rep: Replica, waiter: FeedWaiter, *, offload: Offload =
     while not waiter.closed:
         mark, started, h = waiter.mark, _now_ms(), 0
         try:
-            h = await offload(rep.horizon_ms)
+            h = await _horizon(rep, offload)
             due = None
             if h:
                 report = await purge_pass(rep, offload)
@@ -92,7 +104,7 @@ async def _settle(rep: Replica, waiter: FeedWaiter, h: int, until_ms: int, offlo
     """Ops landed: let more land until ``until_ms``, but stop as soon as the horizon changes."""
     while True:
         mark = waiter.mark
-        if waiter.closed or await offload(rep.horizon_ms) != h:
+        if waiter.closed or await _horizon(rep, offload) != h:
             return
         if not await _wait(waiter, mark, until_ms):
             return

@@ -9,9 +9,13 @@ Invariants:
   transaction, so own seqs stay contiguous across processes sharing the file;
   never below the floor a purge of own ops leaves in ``origins`` (``top``, ``hlc``).
 * Listeners are called after the commit, from the writing thread, and only
-  when new ops were stored.
+  when new ops were stored. A mark listener (the change feed's) is also handed the newest local
+  position when the writer knows it (a local op: the position it was stored at, the newest while
+  the write lock was held), else None.
 * A remembered read (``_remembered``) is answered again only while the file's version is the one
-  it was read at: never an answer older than the last commit, by any process.
+  it was read at: never an answer older than the last commit, by any process. A writer that knows
+  exactly what its own commit changed in a read may remember the new answer under the version
+  right after that commit (a send: its sender among the known roles).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from replica.store import Store
 T = TypeVar("T")
 
 Listener = Callable[[], None]
+MarkListener = Callable[[int | None], None]
 BodyMaker = Callable[[int, int], dict[str, Any]]
 
 # This node's own seq and clock come from its newest op (no extra row to update per write):
@@ -90,7 +95,7 @@ class ReplicaCore:
         self._wall = wall
         self._max_drift_ms = max_drift_ms
         self._broadcast_history_ms = broadcast_history_ms
-        self._listeners: list[Listener] = []
+        self._listeners: list[tuple[Listener | MarkListener, bool]] = []  # (listener, handed the mark)
         self._listen_lock = threading.Lock()
         self._oids: dict[bytes, int] = {}  # origin key -> row id, for apply
         self._floors: dict[tuple[str, str | None, int], int] = {}  # inbox floors, see Messaging._inbox_rows
@@ -130,18 +135,29 @@ class ReplicaCore:
     def add_listener(self, listener: Listener) -> None:
         """Call ``listener()`` (from the writing thread) after each commit of new ops."""
         with self._listen_lock:
-            self._listeners.append(listener)
+            self._listeners.append((listener, False))
 
-    def remove_listener(self, listener: Listener) -> None:
+    def add_mark_listener(self, listener: MarkListener) -> None:
+        """``add_listener``, with ``listener(mark)`` handed the newest local position when the
+        writer knows it (a local write), else None (then it is ``max_lseq()``, to be read)."""
         with self._listen_lock:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
+            self._listeners.append((listener, True))
 
-    def _notify(self) -> None:
+    def remove_listener(self, listener: Listener | MarkListener) -> None:
+        with self._listen_lock:
+            for entry in self._listeners:
+                if entry[0] == listener:
+                    self._listeners.remove(entry)
+                    return
+
+    def _notify(self, mark: int | None = None) -> None:
         with self._listen_lock:
             listeners = list(self._listeners)
-        for cb in listeners:
-            cb()
+        for cb, with_mark in listeners:
+            if with_mark:
+                cast(MarkListener, cb)(mark)
+            else:
+                cast(Listener, cb)()
 
     def _remembered(self, name: str, read: Callable[[], T]) -> T:
         """``read()``, or what it returned last time when nothing has been committed to the file
@@ -184,11 +200,11 @@ class ReplicaCore:
             raw = opsmod.encode(self.node_key, seq, stamp, kind, body, sign=self._ident.sign)
             if len(raw) > opsmod.MAX_OP_BYTES:  # peers would refuse it, and sync would stall on it
                 raise InvalidArgument(f"the change is {len(raw)} bytes as an op; the limit is {opsmod.MAX_OP_BYTES}")
-            op = opsmod.local_op(Op(self.node_key, seq, stamp, kind, body, raw))
+            op = opsmod.local_op(self.node_key, seq, stamp, kind, body, raw=raw)
             lseq = project.store_op(cur, self._self_oid, op, max(now, int(arrived or 0)))
             assert lseq is not None
             extra = None if after is None else after(cur, op)
-        self._notify()
+        self._notify(lseq)
         return lseq, op, extra
 
     def _first_seen(self, role: str, now: int) -> tuple[int, list[list[Any]]]:

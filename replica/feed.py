@@ -93,7 +93,7 @@ class ChangeFeed:
         self._subs: list[Subscriber] = []
         self._mark = replica.max_lseq()
         self._source = source
-        replica.add_listener(self.refresh)
+        replica.add_mark_listener(self.refresh)
         if source is not None:
             source.start(self)
 
@@ -106,9 +106,10 @@ class ChangeFeed:
     def mark(self) -> int:
         return self._mark
 
-    def refresh(self) -> None:
-        """Read the mark from the replica (its listener: called after each commit through it)."""
-        self.advance(self._replica.max_lseq())
+    def refresh(self, mark: int | None = None) -> None:
+        """The replica's listener, called after each commit through it: advance to ``mark``, the
+        newest position when the writer knows it, else read the mark from the replica."""
+        self.advance(self._replica.max_lseq() if mark is None else mark)
 
     def advance(self, mark: int) -> None:
         """Move the mark to ``mark`` if that is ahead, and wake every subscriber."""

@@ -20,6 +20,7 @@ import difflib
 import functools
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from replica import mailbox
 from replica.hlc import wall_of
@@ -105,3 +106,27 @@ def known_roles(cur: sqlite3.Cursor) -> list[str]:
     """Every role this replica has seen (first-seen times and profiles), by name key, sorted."""
     rows = cur.execute("SELECT role FROM first_seen UNION SELECT rkey FROM profiles ORDER BY 1")
     return [str(r[0]) for r in rows]
+
+
+def addressable_in(part: str, seen: frozenset[str]) -> bool:
+    """Whether a channel entry names a role among ``seen`` (role keys), or an instance address of
+    one (``sigma-vps`` of a known ``sigma``, ``routing.instance_address``)."""
+    key = name_key(part)
+    return key in seen or any(key[:i] in seen for i, c in enumerate(key) if c == "-" and i > 0)
+
+
+@dataclass(frozen=True)
+class KnownRoles:
+    """Every role key this replica has seen (``known_roles``): sorted, and as a set."""
+
+    sorted: tuple[str, ...]
+    keys: frozenset[str]
+
+    @classmethod
+    def of(cls, keys: Sequence[str]) -> KnownRoles:
+        ordered = tuple(sorted(keys))
+        return cls(ordered, frozenset(ordered))
+
+    def with_role(self, key: str) -> KnownRoles:
+        """These roles with ``key`` among them."""
+        return self if key in self.keys else KnownRoles.of((*self.sorted, key))

@@ -86,17 +86,17 @@ class Retention(Fleet):
             if purge.search_to_merge(cur):
                 purge.merge_search(cur, pages)
                 return True
-        with self._store.lock:
+        with self._store.raw() as conn:
             try:
-                return purge.reclaim(self._store.conn, pages) > 0
+                return purge.reclaim(conn, pages) > 0
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot reclaim space in {self.path}: {exc}") from None
 
     def finish_purge(self, sweep: ret.Sweep, started_ms: int, bytes_before: int) -> ret.PurgeReport:
         """Checkpoint, measure and record a finished pass."""
-        with self._store.lock:
+        with self._store.raw() as conn:
             try:
-                purge.checkpoint(self._store.conn)
+                purge.checkpoint(conn)
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot checkpoint {self.path}: {exc}") from None
         report = ret.PurgeReport(sweep.now_ms, max(0, self._wall() - started_ms), sweep.removed, bytes_before,

@@ -40,6 +40,7 @@ from replica.checks import (
 )
 from replica.core import ReplicaCore, const_body, iso, read_writes
 from replica.errors import InvalidArgument, NotFound
+from replica.firstseen import KnownRoles
 from replica.ids import receipt_id
 from replica.mailbox import INBOX_SOURCES, NODE_COLUMNS, inbox_args, inbox_sql, merged, node_hex
 from replica.models import (
@@ -57,6 +58,7 @@ from replica.models import (
 from replica.names import name_key
 from replica.ops import KIND_MSG, KIND_RETRACT, MAX_SESSION_DAY
 
+_KNOWN_ROLES = "known_roles"  # a remembered read (``ReplicaCore._remembered``): every known role key
 _UNREAD = tuple(inbox_sql(src, unread_only=True, order="ASC") for src in INBOX_SOURCES)
 _LATEST = tuple(inbox_sql(src, unread_only=False, order="DESC") for src in INBOX_SOURCES)
 
@@ -118,12 +120,20 @@ def _message_body(from_: str, channel: str, content: str, instance_id: str | Non
     return body, roles
 
 
-def _check(cur: Any, roles: tuple[str, ...]) -> RecipientCheck:
+def _check(cur: Any, roles: tuple[str, ...], seen: KnownRoles | None = None
+           ) -> tuple[RecipientCheck, KnownRoles | None]:
+    """Which of ``roles`` this replica has never seen, with the known roles to name beside them;
+    and every known role when they were needed (else None). ``seen``: every known role when the
+    caller remembers them, so nothing is looked up."""
     if roles == (routing.BROADCAST,):
-        return RecipientCheck((), ())
-    unknown = tuple(r for r in roles if not _addressable(cur, r))
-    known = firstseen.known_roles(cur) if unknown else []
-    return RecipientCheck(unknown, tuple(firstseen.hint(unknown, known)))
+        return RecipientCheck((), ()), seen
+    if seen is not None:
+        unknown = tuple(r for r in roles if not firstseen.addressable_in(r, seen.keys))
+    else:
+        unknown = tuple(r for r in roles if not _addressable(cur, r))
+        seen = KnownRoles.of(firstseen.known_roles(cur)) if unknown else None
+    known = seen.sorted if unknown and seen is not None else ()  # roles are named only beside unknown ones
+    return RecipientCheck(unknown, tuple(firstseen.hint(unknown, known))), seen
 
 
 def check_session_day(value: object) -> int | None:
@@ -149,9 +159,15 @@ class Messaging(ReplicaCore):
         body, roles = _message_body(from_, channel, content, instance_id, from_instance_id, session_day=session_day,
                                     tenant_id=tenant_id)
         checks: list[RecipientCheck] = []
+        after: list[tuple[tuple[int, int], KnownRoles]] = []
 
         def check(cur: Any) -> None:
-            checks.append(_check(cur, roles))
+            version = self._store.version()
+            hit = self._reads.get(_KNOWN_ROLES)
+            result, seen = _check(cur, roles, hit[1] if hit is not None and hit[0] == version else None)
+            checks.append(result)
+            if seen is not None:  # what they are once this send commits: its sender is seen too
+                after.append(((version[0], version[1] + 1), seen.with_role(name_key(body["f"]))))
 
         def read_back(cur: Any, op: opsmod.Op) -> MessageRecord:
             row = project.find_message(cur, opsmod.message_id(op.origin, op.seq), _RECORD)
@@ -159,6 +175,8 @@ class Messaging(ReplicaCore):
 
         lseq, op, record = self._write_then(KIND_MSG, const_body(body), read_back, check)
         assert record is not None
+        if after:  # keyed by the version right after this commit: any other commit makes it miss
+            self._reads[_KNOWN_ROLES] = after[0]
         sent = SentMessage(record.id, lseq, record.created, op.hlc, roles)
         return sent, checks[0], record
 
@@ -167,7 +185,7 @@ class Messaging(ReplicaCore):
         (a message to them is still stored: the role may appear later, or on a peer)."""
         roles = routing.parse_channel(required_name(channel, "channel"))
         with self._store.read() as cur:
-            return _check(cur, roles)
+            return _check(cur, roles)[0]
 
     def position_at(self, arrived_ms: int) -> int:
         """The last local position that had arrived at or before ``arrived_ms`` (Unix ms)."""

@@ -41,7 +41,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from replica import identity, leases, membership, pins, retention
@@ -427,10 +427,11 @@ def read_stored(raw: bytes) -> Op:
     return _judged(header, raw)
 
 
-def local_op(op: Op) -> Op:
+def local_op(origin: bytes, seq: int, hlc: int, kind: str, body: Body, *, raw: bytes) -> Op:
     """An op this node just wrote (its body checked strictly): understood, and taken by a peer of
     the first release only when it is of that release's kinds and tables."""
-    return replace(op, understood=True, v1=op.kind in V1_KINDS and not _v1_tables_exceeded(op.kind, op.body))
+    return Op(origin, seq, hlc, kind, body, raw, understood=True,
+              v1=kind in V1_KINDS and not _v1_tables_exceeded(kind, body))
 
 
 def _judged(header: list[Any], raw: bytes) -> Op:

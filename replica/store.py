@@ -46,6 +46,7 @@ class Store:
         self.path = str(path)
         self.lock = threading.RLock()
         self._no_wait = False  # a no_wait block holds the lock, so only its thread reads this
+        self._timeout_ms = BUSY_TIMEOUT_MS  # the connection's busy timeout now (``_match_timeout``)
         self.commits = 0  # commits through this connection; with data_version, see ``version``
         try:
             self.conn = sqlite3.connect(
@@ -122,19 +123,30 @@ class Store:
             if self._no_wait:  # nested: the outer block decides
                 yield
                 return
-            self.conn.execute("PRAGMA busy_timeout = 0")
             self._no_wait = True
             try:
                 yield
             finally:
-                self._wait_again()
+                self._no_wait = False
         finally:
             self.lock.release()
 
-    def _wait_again(self) -> None:
-        if self._no_wait:
-            self._no_wait = False
-            self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    def _match_timeout(self) -> None:
+        """Give the connection the busy timeout of the mode it is in (none in a ``no_wait`` block)
+        before a transaction starts. Set only when it changes: a run of no_wait calls, as an event
+        loop makes them, pays for no PRAGMA."""
+        want = 0 if self._no_wait else BUSY_TIMEOUT_MS
+        if self._timeout_ms != want:
+            self.conn.execute(f"PRAGMA busy_timeout = {want}")
+            self._timeout_ms = want
+
+    @contextmanager
+    def raw(self) -> Iterator[sqlite3.Connection]:
+        """The connection itself, under its lock and with the waiting busy timeout, for the
+        statements a transaction cannot hold (a checkpoint, an incremental vacuum)."""
+        with self.lock:
+            self._match_timeout()
+            yield self.conn
 
     def _would_wait(self, exc: sqlite3.Error) -> bool:
         return self._no_wait and getattr(exc, "sqlite_errorcode", 0) & 0xFF in _BUSY
@@ -150,6 +162,7 @@ class Store:
         """A write transaction (BEGIN IMMEDIATE ... COMMIT, rolled back on error)."""
         with self.lock:
             try:
+                self._match_timeout()
                 cur = self.conn.cursor()
                 cur.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
@@ -160,7 +173,7 @@ class Store:
                 yield cur
                 cur.execute("COMMIT")
                 self.commits += 1
-                self._wait_again()
+                self._no_wait = False  # committed: the rest of a no_wait block waits as usual
             except BaseException as exc:
                 with suppress(sqlite3.Error):
                     self.conn.execute("ROLLBACK")
@@ -176,6 +189,7 @@ class Store:
             outer = not self.conn.in_transaction
             try:
                 if outer:
+                    self._match_timeout()
                     cur.execute("BEGIN")
                 yield cur
             except sqlite3.Error as exc:

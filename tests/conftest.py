@@ -1,4 +1,4 @@
-"""Shared fixtures: real replicas (``:memory:`` or files) and an in-memory sync helper."""
+"""Shared fixtures: real replicas (``:memory:`` or files), a peerd home, and an in-memory sync helper."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from replica import Replica
+from replica import Replica, open_home
 
 # Hypothesis fails an example that takes longer than a wall-clock deadline (200 ms by default) and a
 # test whose data generation it finds slow; on a machine that other work loads, both fail tests that
@@ -44,6 +44,14 @@ def sync_all(replicas: list[Replica]) -> None:
         for b in replicas:
             if a is not b:
                 pull(a, b)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """A peerd home whose replica and key exist before any server process opens it."""
+    path = tmp_path / "home"
+    open_home(path).close()
+    return path
 
 
 @pytest.fixture

@@ -34,13 +34,6 @@ with open_home(Path(sys.argv[1])) as r:
 
 
 @pytest.fixture
-def home(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "home"
-    open_home(path).close()
-    yield path
-
-
-@pytest.fixture
 def replica(home: Path) -> Iterator[Replica]:
     r = open_home(home)
     yield r

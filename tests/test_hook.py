@@ -8,8 +8,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from peerd.cli import hook
 from peerd.cli.parser import command_of
 from replica import open_home
@@ -20,13 +18,6 @@ from tests.oldfiles import downgrade_to_v2
 from tests.waiting import wait_until
 
 HEAVY = (*MCP_STACK, "aiohttp", "asyncio", "zeroconf")  # the hook runs on every prompt: none of these
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    path = tmp_path / "home"
-    open_home(path).close()
-    return path
 
 
 def run_hook(home: Path, *args: str, stdin: str = "", python_flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:

@@ -29,14 +29,6 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
-def home(tmp_path: Path) -> Iterator[Path]:
-    """A peerd home whose replica and key exist before any server process opens it."""
-    path = tmp_path / "home"
-    open_home(path).close()
-    yield path
-
-
-@pytest.fixture
 def replica(home: Path) -> Iterator[Replica]:
     r = open_home(home)
     yield r
