@@ -1,9 +1,12 @@
 """MCP tool-call latency over streamable HTTP (a real daemon) and over stdio (a real
 `peerd mcp` process), each against a floor measured in the same run.
 
-1. Against the floor: ``send_message``, ``check_messages`` returning 50 of 1,000 stored
-   messages, ``poll`` returning 50 thread messages and ``list_peers`` (20 profiles), on a
-   replica of 1,000 messages. The floor is a bare MCP server (``mcp_floor.py``: the same SDK
+1. Against the floor: every hot tool (``mcp_server.tools.QUICK``): ``send_message``,
+   ``check_messages`` returning 50 of 1,000 stored messages, ``poll`` returning 50 thread
+   messages, ``list_peers`` (20 profiles), and the calls on one message, receipt, profile or
+   thread (``mark_as_read``, ``message_status``, ``get_message``, ``get_profile``,
+   ``set_summary``, ``whoami``, ``append``, ``has_unread``, ``thread_status``, ``mark_read``),
+   on a replica of 1,000 messages. The floor is a bare MCP server (``mcp_floor.py``: the same SDK
    ``MCPServer``, the same transport) whose tools return the very payloads peerd returned.
    peerd and the floor are called in alternating blocks, so load elsewhere hits both.
    Target: p50 of each within 1.3x of its floor (a send: its recipient check, write and
@@ -66,10 +69,12 @@ STORED, FETCH, THREAD_MSGS, PROFILES = 1_000, 50, 100, 20
 
 
 def build_small_home(home: Path) -> None:
-    """1,000 messages for the role ``fetch``; a thread of 100 messages; 20 profiles."""
+    """1,000 messages for the role ``fetch``; a thread of 100 messages; 20 profiles. ``ids.json``
+    names the thread, the first message and its receipt (what the calls on one item take)."""
     init_home(home, name="bench")
     with open_home(home) as rep:
-        for i in range(STORED):
+        first = rep.send_message("writer", "fetch", "message 0: " + "lorem ipsum dolor sit amet " * 5)
+        for i in range(1, STORED):
             rep.send_message("writer", "fetch", f"message {i}: " + "lorem ipsum dolor sit amet " * 5)
         alice, bob = rep.create_agent("alice"), rep.create_agent("bob")
         thread = rep.create_thread(alice, bob)
@@ -78,16 +83,29 @@ def build_small_home(home: Path) -> None:
         for i in range(PROFILES):
             rep.update_profile(f"role{i:02d}", f"Role {i}", {"role": "worker", "workspace": f"/w/{i}"},
                                {"currentTask": f"task {i}"})
-    (home / "thread_id").write_text(thread)
+        receipt = rep.check_messages("fetch", limit=1).messages[0].receipt_id  # its receipt, delivered
+    (home / "ids.json").write_text(json.dumps({"thread": thread, "message": first.id, "receipt": receipt}))
 
 
-def floor_calls(thread: str) -> dict[str, Callable[[int], tuple[str, dict[str, object]]]]:
-    """Each measured tool: the arguments of call i (the same for peerd and the floor)."""
+def floor_calls(ids: dict[str, str]) -> dict[str, Callable[[int], tuple[str, dict[str, object]]]]:
+    """Each measured tool (every hot one, ``mcp_server.tools.QUICK``): the arguments of call i
+    (the same for peerd and the floor). ``ids``: see ``build_small_home``."""
+    thread, message = ids.get("thread", ""), ids.get("message", "")
     return {
         "send_message": lambda i: ("send_message", {"from": "bench", "channel": "reader", "content": f"m{i}"}),
         "check_messages": lambda _i: ("check_messages", {"recipient": "fetch", "limit": FETCH}),
         "poll": lambda _i: ("poll", {"thread_id": thread, "after_seq": 0, "limit": 50}),
         "list_peers": lambda _i: ("list_peers", {"limit": PROFILES}),
+        "mark_as_read": lambda _i: ("mark_as_read", {"receiptIds": [ids.get("receipt", "")]}),
+        "message_status": lambda _i: ("message_status", {"messageId": message}),
+        "get_message": lambda _i: ("get_message", {"messageId": message}),
+        "get_profile": lambda _i: ("get_profile", {"orchestratorId": "role00"}),
+        "set_summary": lambda i: ("set_summary", {"orchestratorId": "role01", "summary": f"task {i}"}),
+        "whoami": lambda _i: ("whoami", {}),
+        "append": lambda i: ("append", {"thread_id": thread, "sender_name": "alice", "content": f"a{i}"}),
+        "has_unread": lambda _i: ("has_unread", {"thread_id": thread, "agent_name": "alice"}),
+        "thread_status": lambda _i: ("thread_status", {"thread_id": thread, "agent_name": "alice"}),
+        "mark_read": lambda _i: ("mark_read", {"thread_id": thread, "agent_name": "bob", "seq": 5}),
     }
 
 
@@ -97,10 +115,10 @@ async def call(client: Client, name: str, args: dict[str, object]) -> CallToolRe
     return result
 
 
-async def payloads(client: Client, thread: str) -> dict[str, object]:
+async def payloads(client: Client, ids: dict[str, str]) -> dict[str, object]:
     """peerd's structured result of each measured tool, for the floor to return."""
     out: dict[str, object] = {}
-    for tool, make in floor_calls(thread).items():
+    for tool, make in floor_calls(ids).items():
         out[tool] = (await call(client, *make(0))).structured_content
     checked = out["check_messages"]
     assert isinstance(checked, dict) and len(checked["messages"]) == FETCH, "check_messages did not return 50"
@@ -110,15 +128,15 @@ async def payloads(client: Client, thread: str) -> dict[str, object]:
 async def output_schemas(client: Client) -> dict[str, object]:
     """The output schema peerd lists for each measured tool, for the second floor to declare."""
     listed = {tool.name: tool.output_schema for tool in (await client.list_tools()).tools}
-    return {tool: listed[tool] for tool in floor_calls("") if listed.get(tool) is not None}
+    return {tool: listed[tool] for tool in floor_calls({}) if listed.get(tool) is not None}
 
 
-async def against_floor(sides: Sequence[Client], thread: str, count: int) -> dict[str, list[list[float]]]:
+async def against_floor(sides: Sequence[Client], ids: dict[str, str], count: int) -> dict[str, list[list[float]]]:
     """Latencies (ms) of each tool, one list per side (peerd, the floor, the floor with peerd's
     output schemas, and over stdio the floor on peerd's transport), in alternating blocks after a
     warm-up."""
     out: dict[str, list[list[float]]] = {}
-    for tool, make in floor_calls(thread).items():
+    for tool, make in floor_calls(ids).items():
         samples: list[list[float]] = [[] for _ in sides]
         for client in sides:
             await timed(lambda i, c=client, m=make: call(c, *m(i)), 10)  # warm up
@@ -149,11 +167,11 @@ async def run_floors(root: Path, count: int) -> list[Figure]:
     home, payload_file, schema_file = root / "small", root / "payloads.json", root / "schemas.json"
     section(f"against the floor: {STORED:,} messages stored, a thread of {THREAD_MSGS}, {PROFILES} profiles")
     build_small_home(home)
-    thread = (home / "thread_id").read_text()
+    ids = json.loads((home / "ids.json").read_text())
     figures: list[Figure] = []
     params = StdioServerParameters(command=str(PEERD), args=["mcp", "--home", str(home)])
     async with Client(params) as ours:
-        payload_file.write_text(json.dumps(await payloads(ours, thread)))
+        payload_file.write_text(json.dumps(await payloads(ours, ids)))
         schema_file.write_text(json.dumps(await output_schemas(ours)))
         floor_args = [str(FLOOR), str(payload_file), "stdio"]
         floor_params = StdioServerParameters(command=sys.executable, args=floor_args)
@@ -162,7 +180,7 @@ async def run_floors(root: Path, count: int) -> list[Figure]:
         pipes_params = StdioServerParameters(command=sys.executable, args=pipes_args)
         async with Client(floor_params) as floor, Client(schema_params) as schema_floor, \
                 Client(pipes_params) as pipes_floor:
-            figures += floor_figures("stdio", await against_floor((ours, floor, schema_floor, pipes_floor), thread,
+            figures += floor_figures("stdio", await against_floor((ours, floor, schema_floor, pipes_floor), ids,
                                                                   count))
     daemon = Daemon("small", home, 0, fleet_key="", log_level="warning")
     daemon.initialised = True
@@ -171,7 +189,7 @@ async def run_floors(root: Path, count: int) -> list[Figure]:
     schema_proc, schema_url = await floor_http(payload_file, schema_file)
     try:
         async with Client(info["mcp_url"]) as ours, Client(url) as floor, Client(schema_url) as schema_floor:
-            figures += floor_figures("HTTP", await against_floor((ours, floor, schema_floor), thread, count))
+            figures += floor_figures("HTTP", await against_floor((ours, floor, schema_floor), ids, count))
     finally:
         for p in (proc, schema_proc):
             p.terminate()

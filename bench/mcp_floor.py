@@ -55,6 +55,48 @@ def build(payloads: dict[str, dict[str, Any]]) -> MCPServer[Any]:
     def list_peers(limit: int = 20) -> CallToolResult:
         return result(payloads["list_peers"])
 
+    # peerd's argument names, VantagePeers' camelCase among them
+    @server.tool(name="mark_as_read")
+    def mark_as_read(receiptIds: list[str], callerOrchestrator: str | None = None) -> CallToolResult:  # noqa: N803
+        return result(payloads["mark_as_read"])
+
+    @server.tool(name="message_status")
+    def message_status(messageId: str) -> CallToolResult:  # noqa: N803
+        return result(payloads["message_status"])
+
+    @server.tool(name="get_message")
+    def get_message(messageId: str) -> CallToolResult:  # noqa: N803
+        return result(payloads["get_message"])
+
+    @server.tool(name="get_profile")
+    def get_profile(orchestratorId: str, instanceId: str | None = None) -> CallToolResult:  # noqa: N803
+        return result(payloads["get_profile"])
+
+    @server.tool(name="set_summary")
+    def set_summary(summary: str, orchestratorId: str | None = None,  # noqa: N803
+                    instanceId: str | None = None) -> CallToolResult:  # noqa: N803
+        return result(payloads["set_summary"])
+
+    @server.tool(name="whoami")
+    def whoami() -> CallToolResult:
+        return result(payloads["whoami"])
+
+    @server.tool(name="append")
+    def append(thread_id: str, sender_name: str, content: str) -> CallToolResult:
+        return result(payloads["append"])
+
+    @server.tool(name="has_unread")
+    def has_unread(thread_id: str, agent_name: str) -> CallToolResult:
+        return result(payloads["has_unread"])
+
+    @server.tool(name="thread_status")
+    def thread_status(thread_id: str, agent_name: str) -> CallToolResult:
+        return result(payloads["thread_status"])
+
+    @server.tool(name="mark_read")
+    def mark_read(thread_id: str, agent_name: str, seq: int) -> CallToolResult:
+        return result(payloads["mark_read"])
+
     return server
 
 

@@ -2,7 +2,8 @@
 
 Invariants:
 * Membership is an LWW set of (thread, agent) (``members.present``); only live
-  agents join, and only present participants append.
+  agents join, and only present participants append: an append's check, its write and its
+  read-back are one transaction.
 * A thread message is an ordinary message with a thread id and no channel; its
   ``seq`` is its number within the thread in this replica's arrival order
   (1, 2, 3, ..., given as it lands: ``thread_seqs``, ``project.materialize``), so ``poll(after_seq)``
@@ -30,7 +31,7 @@ from replica.checks import (
 from replica.core import const_body, read_writes
 from replica.errors import InvalidArgument, NotFound
 from replica.models import ReadState, Thread, ThreadInfo, ThreadMessage, ThreadSummary
-from replica.ops import KIND_MSG, KIND_SET
+from replica.ops import KIND_MSG, KIND_SET, Op
 from replica.profiles import Profiles
 
 # Per (thread ?2, agent ?1): message count, newest creation, highest read seq, unread, unread from others.
@@ -150,15 +151,23 @@ class Threads(Profiles):
     def append(self, thread_id: str, sender: str, content: str) -> ThreadMessage:
         """Append to a thread; returns the message (its ``seq`` numbers it within the
         thread). Sender must be a participant."""
-        tid, members = self._require_thread(thread_id)
+        tid = required_name(thread_id, "thread id")
         aid = required_name(sender, "sender")
-        if aid not in members:
-            raise InvalidArgument("sender not in thread")
         body = {"f": aid, "fi": None, "c": None, "ti": None, "t": tid, "x": check_content(content)}
-        lseq, _op = self._write(KIND_MSG, const_body(body))
-        with self._store.read() as cur:
-            row = cur.execute(f"{_POLL} WHERE ts.lseq = ?", (lseq,)).fetchone()
-        return _thread_message(row)
+
+        def check(cur: Any) -> None:
+            if _thread_row(cur, tid) is None:
+                raise NotFound(f"unknown thread {tid}")
+            if aid not in _members(cur, tid):
+                raise InvalidArgument("sender not in thread")
+
+        def read_back(cur: Any, op: Op) -> ThreadMessage:
+            row = cur.execute(f"{_POLL} WHERE m.oid = ? AND m.seq = ?", (self._self_oid, op.seq)).fetchone()
+            return _thread_message(row)
+
+        _lseq, _op, message = self._write_then(KIND_MSG, const_body(body), read_back, check)
+        assert message is not None
+        return message
 
     def poll(self, thread_id: str, after_seq: int = 0, limit: int = MAX_LIMIT) -> list[ThreadMessage]:
         """Thread messages with seq > ``after_seq``, in local arrival order."""
