@@ -70,7 +70,8 @@ STORED, FETCH, THREAD_MSGS, PROFILES = 1_000, 50, 100, 20
 
 def build_small_home(home: Path) -> None:
     """1,000 messages for the role ``fetch``; a thread of 100 messages; 20 profiles. ``ids.json``
-    names the thread, the first message and its receipt (what the calls on one item take)."""
+    names the thread, the first message and its receipt (what the calls on one item take), and an
+    empty thread for ``append`` to grow (the thread the other calls read stays as it was)."""
     init_home(home, name="bench")
     with open_home(home) as rep:
         first = rep.send_message("writer", "fetch", "message 0: " + "lorem ipsum dolor sit amet " * 5)
@@ -84,7 +85,9 @@ def build_small_home(home: Path) -> None:
             rep.update_profile(f"role{i:02d}", f"Role {i}", {"role": "worker", "workspace": f"/w/{i}"},
                                {"currentTask": f"task {i}"})
         receipt = rep.check_messages("fetch", limit=1).messages[0].receipt_id  # its receipt, delivered
-    (home / "ids.json").write_text(json.dumps({"thread": thread, "message": first.id, "receipt": receipt}))
+        appended = rep.create_thread(alice, bob)  # append grows a thread of its own, not the one read
+    (home / "ids.json").write_text(json.dumps({"thread": thread, "message": first.id, "receipt": receipt,
+                                               "append_thread": appended}))
 
 
 def floor_calls(ids: dict[str, str]) -> dict[str, Callable[[int], tuple[str, dict[str, object]]]]:
@@ -102,7 +105,8 @@ def floor_calls(ids: dict[str, str]) -> dict[str, Callable[[int], tuple[str, dic
         "get_profile": lambda _i: ("get_profile", {"orchestratorId": "role00"}),
         "set_summary": lambda i: ("set_summary", {"orchestratorId": "role01", "summary": f"task {i}"}),
         "whoami": lambda _i: ("whoami", {}),
-        "append": lambda i: ("append", {"thread_id": thread, "sender_name": "alice", "content": f"a{i}"}),
+        "append": lambda i: ("append", {"thread_id": ids.get("append_thread", ""), "sender_name": "alice",
+                                        "content": f"a{i}"}),
         "has_unread": lambda _i: ("has_unread", {"thread_id": thread, "agent_name": "alice"}),
         "thread_status": lambda _i: ("thread_status", {"thread_id": thread, "agent_name": "alice"}),
         "mark_read": lambda _i: ("mark_read", {"thread_id": thread, "agent_name": "bob", "seq": 5}),

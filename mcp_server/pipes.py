@@ -1,8 +1,8 @@
 """stdin and stdout as pipes on the event loop, for the SDK's stdio server to read and write.
 
 The SDK's own stdio transport reads each line and writes each answer through a worker thread
-(``anyio.wrap_file``): two thread hand-offs per call, which cost a stdio call about a third of
-a bare SDK server's time. ``loop_stdio`` gives the SDK's ``stdio_server`` a line reader and a
+(``anyio.wrap_file``): two thread hand-offs per call, about a quarter of a bare SDK server's
+stdio call. ``loop_stdio`` gives the SDK's ``stdio_server`` a line reader and a
 writer on the event loop instead; the SDK still parses every line and writes every message, so
 what a client sees on the wire is unchanged.
 
