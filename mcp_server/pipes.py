@@ -110,7 +110,8 @@ async def loop_stdio() -> AsyncIterator[tuple[Lines, Output] | None]:
         yield None
         return
     keep_in, keep_out = _dup(0), _dup(1)  # the wire, to put back at the end
-    read_fd, write_fd = _dup(0), _dup(1)  # the wire, for the transports (they close these)
+    read_file = os.fdopen(_dup(0), "rb", buffering=0)  # the wire, for the transports (they close these)
+    write_file = os.fdopen(_dup(1), "wb", buffering=0)
     _divert(0, os.open(os.devnull, os.O_RDONLY))
     try:
         _divert(1, os.dup(2))
@@ -121,16 +122,19 @@ async def loop_stdio() -> AsyncIterator[tuple[Lines, Output] | None]:
     output: Output | None = None
     try:
         reader = asyncio.StreamReader(limit=CHUNK)
-        read_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
-                                                         os.fdopen(read_fd, "rb", buffering=0))
-        transport, protocol = await loop.connect_write_pipe(_writer_protocol, os.fdopen(write_fd, "wb", buffering=0))
+        read_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), read_file)
+        transport, protocol = await loop.connect_write_pipe(_writer_protocol, write_file)
         output = Output(asyncio.StreamWriter(transport, protocol, None, loop))
         yield Lines(reader), output
     finally:
         if output is not None:
             output.close()
+        else:
+            write_file.close()  # no transport took it
         if read_transport is not None:
             read_transport.close()
+        else:
+            read_file.close()
         for fd, kept in ((0, keep_in), (1, keep_out)):
             with contextlib.suppress(OSError):
                 os.set_blocking(kept, True)  # the transports made the shared description non-blocking

@@ -108,11 +108,18 @@ def known_roles(cur: sqlite3.Cursor) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
-def addressable_in(part: str, seen: frozenset[str]) -> bool:
-    """Whether a channel entry names a role among ``seen`` (role keys), or an instance address of
-    one (``sigma-vps`` of a known ``sigma``, ``routing.instance_address``)."""
+def address_keys(part: str) -> list[str]:
+    """The role keys a channel entry may stand for: its own, and each role it can be an instance
+    address of (``sigma`` for ``sigma-vps``, ``routing.instance_address``). It names a known role
+    when any of them is known."""
     key = name_key(part)
-    return key in seen or any(key[:i] in seen for i, c in enumerate(key) if c == "-" and i > 0)
+    return [key, *(key[:i] for i, c in enumerate(key) if c == "-" and i > 0)]
+
+
+def addressable_in(part: str, seen: frozenset[str]) -> bool:
+    """Whether a channel entry names a role among ``seen`` (role keys), itself or by an instance
+    address (``address_keys``)."""
+    return any(k in seen for k in address_keys(part))
 
 
 @dataclass(frozen=True)

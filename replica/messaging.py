@@ -415,9 +415,7 @@ class Messaging(ReplicaCore):
 def _addressable(cur: Any, part: str) -> bool:
     """Whether a channel entry names a role this replica has seen, or an instance address of one
     (``sigma-vps`` of a known ``sigma``, ``routing.instance_address``)."""
-    key = name_key(part)
-    return firstseen.is_known(cur, key) or any(
-        firstseen.is_known(cur, key[:i]) for i, c in enumerate(key) if c == "-" and i > 0)
+    return any(firstseen.is_known(cur, k) for k in firstseen.address_keys(part))
 
 
 def _expected_roles(cur: Any, msg: Any, history_ms: int, now: int) -> list[str]:

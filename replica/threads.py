@@ -62,6 +62,13 @@ def _members(cur: Any, tid: str) -> list[str]:
     return [r[0] for r in rows]
 
 
+def _thread_members(cur: Any, tid: str) -> list[str]:
+    """The present members of thread ``tid``; ``NotFound`` if there is no such thread."""
+    if _thread_row(cur, tid) is None:
+        raise NotFound(f"unknown thread {tid}")
+    return _members(cur, tid)
+
+
 def _read_counts(cur: Any, tid: str, aid: str) -> tuple[int, int, int, int, int | None]:
     row = cur.execute(_READ_COUNTS, (aid, tid)).fetchone()
     return int(row[0]), int(row[2]), int(row[3]), int(row[4]), row[1]
@@ -78,9 +85,7 @@ class Threads(Profiles):
     def _require_thread(self, thread_id: str) -> tuple[str, list[str]]:
         tid = required_name(thread_id, "thread id")
         with self._store.read() as cur:
-            if _thread_row(cur, tid) is None:
-                raise NotFound(f"unknown thread {tid}")
-            return tid, _members(cur, tid)
+            return tid, _thread_members(cur, tid)
 
     def create_thread(self, *agent_ids: str) -> str:
         """A new thread of these agents; ``InvalidArgument('need >=2 participants')``."""
@@ -156,9 +161,7 @@ class Threads(Profiles):
         body = {"f": aid, "fi": None, "c": None, "ti": None, "t": tid, "x": check_content(content)}
 
         def check(cur: Any) -> None:
-            if _thread_row(cur, tid) is None:
-                raise NotFound(f"unknown thread {tid}")
-            if aid not in _members(cur, tid):
+            if aid not in _thread_members(cur, tid):
                 raise InvalidArgument("sender not in thread")
 
         def read_back(cur: Any, op: Op) -> ThreadMessage:
