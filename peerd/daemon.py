@@ -16,6 +16,7 @@ process that merely inherited a stale pid) and waits for the process to exit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import fcntl
 import json
@@ -45,6 +46,7 @@ from peerd.pairapi import pairing_routes
 from peerd.ratelog import RateFilter
 from peerd.transport import HttpTransport
 from replica import Replica, open_home
+from replica.errors import LocalError
 
 log = logging.getLogger("peerd")
 
@@ -91,6 +93,7 @@ class Daemon:
         nofile = raise_open_file_limit()  # before any listener sizes its connection caps from it
         self.rep = await asyncio.to_thread(
             lambda: open_home(self.home, broadcast_history_ms=self.cfg.broadcast_history_ms))
+        await asyncio.to_thread(self._close_fleet, self.rep)
         self.wiring = await asyncio.to_thread(Wiring.watching, self.rep)
         self.node = Node(self.cfg, self.rep, bind=self.bind, wiring=self.wiring, home=self.home)
         self.node.on_keys = self._keys_changed
@@ -121,6 +124,17 @@ class Daemon:
         log.info("peerd ready: node %s, peer port %d, local %s",
                  self.rep.node_id[:16], self.node.peer_port, self.info["local_url"])
         return self.info
+
+    def _close_fleet(self, rep: Replica) -> None:
+        """A replica of a release before admission (still open) is closed on the members it knows,
+        and vouches for them with admits, so replicas that learnt of a member later count it too."""
+        grandfathered = rep.close_open_fleet()
+        if grandfathered is not None and len(grandfathered) > 1:
+            log.info("membership now needs admission: the %d members this replica knew stay members",
+                     len(grandfathered))
+        if rep.node_key not in rep.removed():
+            with contextlib.suppress(LocalError):  # a node nobody let in vouches for nobody
+                rep.vouch_for_roots(self.cfg.fleet_id)
 
     def _keys_changed(self, ring: KeyRing) -> None:
         """A rotation (or a removal) changed the key this node seals with: config.toml and

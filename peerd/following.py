@@ -29,6 +29,8 @@ from replica.fleet import FleetView
 
 log = logging.getLogger("peerd.node")
 
+MEND_STAGGER = 30.0  # seconds between one member's turn to mend the fleet key and the next one's
+
 
 class Following(NodeBase):
     async def refresh_keys(self) -> None:
@@ -70,19 +72,33 @@ class Following(NodeBase):
         self._wake.set()  # peers still on the old key hear of it at once
 
     async def _mend(self, view: FleetView) -> None:
-        """The member whose rotation won re-rotates when it left out a member (one let in on an
-        older key, or whose ops arrived later) or still gave the key to a node since removed."""
-        winner = view.standing.winner
-        if winner is None or winner.origin != self.rep.node_key or self.keys.removed:
-            return
+        """Re-rotate when the key in force left out a member (one let in on an older key, or whose
+        ops arrived later) or is held by a node since removed (a removal that lost a conflict, or one
+        the fleet never rotated after). Members take turns (``FleetView.menders``): the winner's
+        origin at once, each next one ``MEND_STAGGER`` seconds later if the key still wants mending,
+        so a mender that is away does not leave the fleet on a key a removed node holds."""
         missing, stale = view.gaps()
-        if missing or stale:
-            key = new_fleet_key()
-            log.warning("re-rotating the fleet key: the last rotation missed %s and reached removed %s",
-                        sorted(k.hex()[:16] for k in missing) or "no member",
-                        sorted(k.hex()[:16] for k in stale) or "none")
-            await self.offload(self.rep.rotate, key, fleet_id(key))
-            await self._refresh_keys()  # take our own new key now (inside the refresh already under way)
+        order = view.menders()
+        if self.keys.removed or not (missing or stale) or self.rep.node_key not in order:
+            self._mend_due = None
+            return
+        turn, now = order.index(self.rep.node_key), self.clock.now()
+        if self._mend_due is None:
+            self._mend_due = now + turn * MEND_STAGGER
+            if turn:  # the timer is cancelled with the others when the node stops
+                self._flushes.add(self.clock.call_later(turn * MEND_STAGGER, self._look_again))
+        if now < self._mend_due:
+            return
+        self._mend_due = None
+        key = new_fleet_key()
+        log.warning("re-rotating the fleet key: the key in force missed %s and is held by removed %s",
+                    sorted(k.hex()[:16] for k in missing) or "no member",
+                    sorted(k.hex()[:16] for k in stale) or "none")
+        await self.offload(self.rep.rotate, key, fleet_id(key))
+        await self._refresh_keys()  # take our own new key now (inside the refresh already under way)
+
+    def _look_again(self) -> None:
+        self.spawn(self.refresh_keys(), transient=True)
 
     async def use_config(self, cfg: Config) -> None:
         """The home's config changed under a running daemon (``peerd join``): take its fleet key and

@@ -83,6 +83,7 @@ class NodeBase:
         self._own_seen = 0
         self._keys_lock = asyncio.Lock()
         self._told_old_key: set[str] = set()
+        self._mend_due: float | None = None  # when this member's turn to mend the fleet key comes
         self._tasks: set[asyncio.Task[Any]] = set()
         self._transient: set[asyncio.Task[Any]] = set()
         self._wake = asyncio.Event()

@@ -6,8 +6,9 @@ Invariants:
   a refusal of the pairing desk keeps its meaning (unknown: 404, anything else: 400), never a 500.
 * ``resolve_node`` is pure: a node is named by a prefix of its id (at least 4 hex digits) or by its
   name; an ambiguous or unknown name is an error listing what would match, and removes nothing.
-* Removing writes one signed rekey op (``Replica.remove_node``) and switches this node to the new
-  key at once; nothing is written when the node cannot be resolved or removed.
+* Removing writes one signed rekey op (``Replica.remove_node``), rotating one with no removal
+  (``Replica.rotate``); either switches this node to the new key at once; nothing is written when
+  the node cannot be resolved or removed, or this node may not change the fleet.
 """
 
 from __future__ import annotations
@@ -115,6 +116,12 @@ def pairing_routes(node: Node, reload: Callable[[], Awaitable[dict[str, Any]]]) 
                 "fleet_id": rekey.fleet_id, "epoch": rekey.epoch, "members": len(rekey.entries),
                 "took": round(time.monotonic() - started, 3)}
 
+    async def rotate(_r: Request) -> Any:
+        key = new_fleet_key()
+        rekey = await asyncio.to_thread(node.rep.rotate, key, fleet_id(key))
+        await node.refresh_keys()
+        return {"fleet_id": rekey.fleet_id, "epoch": rekey.epoch, "members": len(rekey.entries)}
+
     async def reload_config(_r: Request) -> Any:
         return await reload()
 
@@ -125,5 +132,6 @@ def pairing_routes(node: Node, reload: Callable[[], Awaitable[dict[str, Any]]]) 
         route("/api/pair/code", new_code, ["POST"]),
         route("/api/fleet", fleet, ["GET"]),
         route("/api/fleet/remove", remove, ["POST"]),
+        route("/api/fleet/rotate", rotate, ["POST"]),
         route("/api/fleet/reload", reload_config, ["POST"]),
     ]

@@ -14,6 +14,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 from discovery.seeds import format_seed
@@ -28,6 +29,11 @@ from peerd.transport import Answer, Channel
 from replica.errors import RemoteError, StoreError
 
 log = logging.getLogger("peerd.node")
+
+
+def _ops_of(msg: Msg) -> list[bytes]:
+    ops = msg.get("o")
+    return [o for o in ops if isinstance(o, bytes)] if isinstance(ops, list) else []
 
 
 class Serving(NodeBase):
@@ -46,7 +52,7 @@ class Serving(NodeBase):
         try:
             plain, key = self.keys.open(body)
             if key != self.keys.current:
-                return await self._answer_old_key(key, remote)
+                return await self._answer_old_key(plain, key, remote)
             req = protocol.decode_request(plain)
         except SealError as exc:
             self.refuse(remote, str(exc))
@@ -95,10 +101,24 @@ class Serving(NodeBase):
             self.run(self.core.bug("answering a join request", exc))
             return Answer(answers.INTERNAL, protocol.encode_map(protocol.error_reply(RuntimeError("internal error"))))
 
-    async def _answer_old_key(self, key: bytes, remote: str) -> Answer:
-        """A request sealed with a key the fleet used before: answer with the rotation, nothing else
-        (a member that missed it catches up; a removed node learns it was removed)."""
-        ops = await self.offload(self.rep.rekey_ops)
+    async def _answer_old_key(self, plain: bytes, key: bytes, remote: str) -> Answer:
+        """A request sealed with a key the fleet used before: answer with every membership op we hold
+        (the rotations, removals and admits that decide who holds which key), nothing else; the
+        membership ops a push of it carries are taken, and nothing else of it. So a member that
+        missed a rotation catches up, two members that heard of conflicting removals in another
+        order come to decide alike, and a removed node learns it was removed."""
+        with contextlib.suppress(ProtocolError):
+            req = protocol.decode_request(plain)
+            if req.kind == protocol.PUSH:
+                theirs = [raw for raw in _ops_of(req.msg) if protocol.is_membership_op(raw)]
+                if theirs:
+                    try:
+                        await self.offload(self.rep.apply, theirs)
+                    except RemoteError as exc:
+                        return self._error(remote, exc, key)
+                    if self.rep.fleet_changes != self._fleet_seen:
+                        await self.refresh_keys()
+        ops = await self.offload(self.rep.membership_ops)
         if remote not in self._told_old_key:
             self._told_old_key.add(remote)
             log.info("%s called with the fleet's previous key; answered with the key rotation only", remote)

@@ -55,9 +55,7 @@ class Talking(NodeBase):
 
     async def _send(self, peer: Peer, msg: Msg) -> answers.Meaning:
         body = self.keys.seal(protocol.encode(protocol.stamp(msg, me=self.me, port=self.peer_port)))
-        linked = self.relay.link_for(peer.node)  # a member nobody can call: down its link to us
-        answer = await (linked.call(body) if linked is not None else self.transport.post(peer.addr, body))
-        return self._read(peer, answer)
+        return self._read(peer, await self._post(peer, body))
 
     def _read(self, peer: Peer, answer: Answer) -> answers.Meaning:
         """What an answer means; the versions it states go to the peer table first."""
@@ -73,30 +71,44 @@ class Talking(NodeBase):
         return answers.meaning(answer.status, reply)
 
     async def _tell_rotation(self, peer: Peer) -> bool:
-        """A peer refused our key: if it is a member on a key we used before, push it the rotation
-        sealed with that key. True when it took it (then our key opens there)."""
-        ops = await self.offload(self.rep.rekey_ops)
+        """A peer refused our key: if it is a member on a key we used before, hand it every membership
+        op we hold sealed with that key, and take the ones it answers with (``Serving._answer_old_key``).
+        True when a key opened there (then both sides decide on the same set: send again)."""
+        ops = await self.offload(self.rep.membership_ops)
         if not ops:
             return False
         push = protocol.encode(protocol.stamp(answers.push(ops), me=self.me, port=self.peer_port))
         for key in self.keys.previous:
-            answer = await self.transport.post(peer.addr, self.keys.seal(push, key))
+            answer = await self._post(peer, self.keys.seal(push, key))
             if answer.status == answers.OK:
                 log.info("told %s of the fleet's key rotation", peer.addr)
+                meant = self._read(peer, answer)
+                if isinstance(meant, answers.Rekey):
+                    await self._take_rotation(peer, meant.ops)
                 return True
         return False
 
     async def _catch_up(self, peer: Peer, ops: list[bytes]) -> bool:
-        """Apply the rotation a peer answered with; True when it gave us a new key to retry with."""
+        """Apply the membership ops a peer answered with (it opened our request only with a key the
+        fleet used before) and hand it ours; True when that gave us a new key to retry with."""
         before = self.keys.current
-        try:
-            await self.offload(self.rep.apply, ops)
-        except RemoteError as exc:
-            raise PeerError(f"answered with a key rotation that does not verify: {exc}", peer=peer.addr) from None
-        await self.refresh_keys()
+        await self._take_rotation(peer, ops)
+        if self.keys.current == before:
+            await self._tell_rotation(peer)  # it may be the one behind, or hold the other side of a conflict
         if self.keys.current != before:
             log.info("caught up with the fleet's key rotation from %s", peer.addr)
         return self.keys.current != before
+
+    async def _take_rotation(self, peer: Peer, ops: list[bytes]) -> None:
+        try:
+            await self.offload(self.rep.apply, [raw for raw in ops if protocol.is_membership_op(raw)])
+        except RemoteError as exc:
+            raise PeerError(f"answered with a key rotation that does not verify: {exc}", peer=peer.addr) from None
+        await self.refresh_keys()
+
+    async def _post(self, peer: Peer, body: bytes) -> Answer:
+        linked = self.relay.link_for(peer.node)  # a member nobody can call: down its link to us
+        return await (linked.call(body) if linked is not None else self.transport.post(peer.addr, body))
 
     # -- rounds ----------------------------------------------------------------------------------
 

@@ -215,9 +215,19 @@ SCHEMA_ACKS = """
 ALTER TABLE receipts ADD COLUMN acked INTEGER;
 """
 
+# v12: membership as a set (``replica.fleetstore``): every admit and rekey op held, whatever its fate
+# (``fleet_rekeys`` is folded in, and the admits found among the ops: ``fleetstore.backfill``), and
+# the nodes let in on a closed replica.
+SCHEMA_MEMBERS = """
+CREATE TABLE fleet_ops(origin BLOB NOT NULL, seq INTEGER NOT NULL, lseq INTEGER NOT NULL, kind TEXT NOT NULL,
+    PRIMARY KEY(origin, seq)) WITHOUT ROWID;
+CREATE TABLE fleet_members(node BLOB PRIMARY KEY) WITHOUT ROWID;
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     SCHEMA_V1, SCHEMA_V2, SCHEMA_THREAD_SEQS, SCHEMA_FIRST_SEEN, SCHEMA_KEYS, SCHEMA_FLEET, SCHEMA_NEWER_OPS,
-    SCHEMA_RETENTION, SCHEMA_PINS, SCHEMA_LEASES, SCHEMA_ACKS,
+    SCHEMA_RETENTION, SCHEMA_PINS, SCHEMA_LEASES, SCHEMA_ACKS, SCHEMA_MEMBERS,
 )
 LATEST = len(MIGRATIONS)
+MEMBERS = 12  # the version from which every membership op is listed (older files are backfilled)
 KEYED = 5  # the version from which rows carry name keys (older files are rebuilt on upgrade)

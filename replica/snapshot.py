@@ -163,14 +163,11 @@ class Snapshots(Sync):
 
     def snapshot_point(self, base: Mapping[bytes, int]) -> tuple[Point, list[bytes]]:
         """A point from ``base`` (the taker's vector, full keys) up to our vector now, and the
-        membership ops a taker checks us against: every rekey held and our own admit."""
+        membership ops a taker checks us against: every one held."""
         ours = self.vector()
         with self._store.read() as cur:
-            fleet = [bytes(r[0]) for r in cur.execute(
-                "SELECT o.blob FROM fleet_rekeys r JOIN ops o ON o.lseq = r.lseq WHERE length(o.blob) > 0"
-                " ORDER BY r.lseq")]
-            admit = _admit_op(cur, self.node_key)
-        return Point.between(ours, base), ([admit] if admit else []) + fleet
+            fleet = fleetstore.blobs(cur)
+        return Point.between(ours, base), fleet
 
     def snapshot_page(self, point: Point, cursor: Cursor, budget: int) -> SnapPage:
         """The page of ``point`` from ``cursor`` on: ops up to ``budget`` bytes (at least one)."""
@@ -213,25 +210,22 @@ class Snapshots(Sync):
     def signer_standing(self, signer: bytes, fleet_ops: Sequence[bytes] = ()) -> str | None:
         """None when ``signer`` is an admitted, not removed member, by what we hold and the membership
         ops ``fleet_ops`` (verified here, stored by nobody); else why not. InvalidOp for a bad op."""
-        admitted: set[bytes] = set()
         rekeys: list[mem.Rekey] = []
+        admits: list[mem.Admit] = []
         for i, raw in enumerate(fleet_ops):
             try:
                 op = opsmod.decode(raw)
             except InvalidOp as exc:
                 raise InvalidOp(exc.reason, index=i) from None
             if op.kind == mem.KIND_ADMIT:
-                admitted.add(op.body["k"])
+                admits.append(mem.Admit.from_body(op.origin, op.seq, op.hlc, op.body))
             elif op.kind == mem.KIND_REKEY:
                 rekeys.append(mem.Rekey.from_body(op.origin, op.seq, op.hlc, op.body))
         with self._store.read() as cur:
-            admitted |= {bytes(r[0]) for r in cur.execute("SELECT node FROM fleet_admits")}
-            rekeys += fleetstore.rekeys(cur)
-        if signer in mem.standing(rekeys).removed:
-            return f"node {signer.hex()[:16]} was removed from the fleet"
-        if signer not in admitted:
-            return f"node {signer.hex()[:16]} was never admitted to the fleet"
-        return None
+            held_rekeys, held_admits = fleetstore.read_ops(cur)
+            roots = fleetstore.roots(cur)
+        st = mem.standing([*rekeys, *held_rekeys], [*admits, *held_admits], roots, self.node_key)
+        return _refusal(st, signer, {a.node for a in (*admits, *held_admits)})
 
     def begin_snapshot(self, taking: Taking, cursor: Cursor | None, fleet_ops: Sequence[bytes]) -> None:
         """Start taking ``taking``: its membership ops are applied (verified op by op) and the
@@ -272,10 +266,9 @@ class Snapshots(Sync):
             if why is not None:
                 raise InvalidOp(f"the snapshot's signer is not a member here: {why}")
             result, fleet_ops, vouched = self._store_page(cur, decoded, new_oids)
-            removed = fleetstore.removed(cur)
-            _cover(cur, covered, removed, self.node_key)
             if fleet_ops:
                 fleetstore.settle(cur)
+            _cover(cur, covered, fleetstore.removed(cur), self.node_key)
             if vouched:
                 _vouched_for(cur, taking.signer, min(vouched), max(vouched))
             if decoded:
@@ -296,7 +289,7 @@ class Snapshots(Sync):
         """Store the ops of a page not held yet: (the result, any membership op, lseqs stored on the
         signer's word)."""
         held = _held(cur, decoded)
-        landing = Landing(self, cur, fleetstore.removed(cur), new_oids)
+        landing = Landing(self, cur, new_oids)
         batch: list[tuple[int, Op]] = []
         positions: list[int] = []
         gone: dict[int, list[int]] = {}
@@ -375,32 +368,23 @@ def _held(cur: Any, decoded: Sequence[Op]) -> set[tuple[bytes, int]]:
     return have
 
 
-def _standing(cur: Any, signer: bytes) -> str | None:
-    """Why ``signer`` may not vouch for a page here (removed, never admitted), or None."""
-    if cur.execute("SELECT 1 FROM fleet_removed WHERE node = ?", (signer,)).fetchone():
+def _refusal(st: mem.Standing, signer: bytes, named: set[bytes]) -> str | None:
+    """Why ``signer`` may not vouch for a page (removed, never admitted), or None."""
+    if signer in st.removed:
         return f"node {signer.hex()[:16]} was removed from the fleet"
-    if not cur.execute("SELECT 1 FROM fleet_admits WHERE node = ?", (signer,)).fetchone():
+    if not st.counts(signer) or (not st.closed and signer not in named):
         return f"node {signer.hex()[:16]} was never admitted to the fleet"
     return None
 
 
-def _admit_op(cur: Any, node: bytes) -> bytes | None:
-    """The admit op that names ``node`` as it stands (``fleet_admits``): found by its origin and stamp,
-    by bisection over the origin's seqs (an origin's own stamps grow with its seqs)."""
-    row = cur.execute("SELECT a.hlc, o.oid FROM fleet_admits a JOIN origins o ON o.node = a.origin WHERE a.node = ?",
-                      (node,)).fetchone()
-    if row is None:
-        return None
-    hlc, oid = int(row[0]), int(row[1])
-    lo, hi = 1, int(cur.execute("SELECT coalesce(max(seq), 0) FROM ops WHERE oid = ?", (oid,)).fetchone()[0])
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        found = cur.execute("SELECT hlc, blob, seq FROM ops WHERE oid = ? AND seq >= ? ORDER BY seq LIMIT 1",
-                            (oid, mid)).fetchone()
-        if found is None or int(found[0]) > hlc:
-            hi = mid - 1
-        elif int(found[0]) < hlc:
-            lo = int(found[2]) + 1
-        else:
-            return bytes(found[1])
+def _standing(cur: Any, signer: bytes) -> str | None:
+    """Why ``signer`` may not vouch for a page here (removed, never admitted), or None."""
+    if cur.execute("SELECT 1 FROM fleet_removed WHERE node = ?", (signer,)).fetchone():
+        return f"node {signer.hex()[:16]} was removed from the fleet"
+    let_in = (fleetstore.admitted(cur, signer) if fleetstore.closed(cur)
+              else cur.execute("SELECT 1 FROM fleet_admits WHERE node = ?", (signer,)).fetchone() is not None)
+    if not let_in:
+        return f"node {signer.hex()[:16]} was never admitted to the fleet"
     return None
+
+

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from replica import migrate, schema
+from replica import fleetstore, migrate, schema
 from replica.errors import StoreError, WouldWait
 from replica.models import FileCheck
 
@@ -102,6 +102,8 @@ class Store:
                         cur.execute(stmt)
             if version < schema.KEYED:
                 migrate.rebuild_keys(cur)
+            if version < schema.MEMBERS:
+                fleetstore.backfill(cur)
             migrate.upgrade_held(cur)
             cur.execute(
                 "INSERT INTO meta(k, v) VALUES ('schema_version', ?) "

@@ -115,12 +115,9 @@ class Sync(ReplicaCore):
             return ApplyResult(0, len(raws))
         new_oids: dict[bytes, int] = {}
         with self._store.write() as cur:
-            removed = fleetstore.removed(cur)
-            new, new_index, refused, fleet_ops = self._store_all(cur, decoded, positions, removed, new_oids)
+            new, new_index, refused, fleet_ops = self._store_all(cur, decoded, positions, new_oids)
             if covered:
-                _cover(cur, covered, removed, self.node_key)
-            if fleet_ops:  # ops of a node this batch removed may have come after its removal
-                fleetstore.settle(cur)
+                _cover(cur, covered, fleetstore.removed(cur), self.node_key)
             if decoded:
                 self._observe(cur, max(op.hlc for op in decoded))
         self._oids.update(new_oids)
@@ -145,32 +142,36 @@ class Sync(ReplicaCore):
             positions.append(i)
         return decoded, positions
 
-    def _store_all(self, cur: Any, decoded: Sequence[Op], positions: Sequence[int], removed: Mapping[bytes, int],
+    def _store_all(self, cur: Any, decoded: Sequence[Op], positions: Sequence[int],
                    new_oids: dict[bytes, int]) -> tuple[list[int], list[int], int, bool]:
         """Store verified ops in one transaction: (new lseqs, their input positions, refused, any
-        membership op among them); origins new to this replica go to ``new_oids``."""
+        membership op among them); origins new to this replica go to ``new_oids``. Membership ops
+        land first (they are kept whatever their fate), so what the batch's other ops may do is judged
+        on the standing the whole batch makes, not on the order of its ops."""
         new: list[int] = []
         new_index: list[int] = []
         refused = 0
-        fleet_ops = False
         touched: dict[int, list[int]] = {}
         gone_ops: dict[int, list[tuple[Op, int]]] = {}
-        landing = Landing(self, cur, removed, new_oids)
+        order = sorted(range(len(decoded)), key=lambda i: decoded[i].kind not in membership.KINDS)
+        fleet_ops = bool(order) and decoded[order[0]].kind in membership.KINDS
+        landing = Landing(self, cur, new_oids)
         arrived = landing.arrived
 
         def store(op: Op, oid: int, position: int) -> None:
-            nonlocal fleet_ops
             lseq = project.store_op(cur, oid, op, arrived)
             if lseq is not None:
                 new.append(lseq)
                 new_index.append(position)
                 touched.setdefault(oid, [])
-                fleet_ops = fleet_ops or op.kind in membership.KINDS
                 if oid == self._self_oid:  # an op of ours we never held: this replica is an older copy
                     _note_own_ahead(cur, op.seq, self._self_oid)
                     self.own_arrivals += 1
 
-        for op, position in zip(decoded, positions, strict=True):
+        for i in order:
+            op, position = decoded[i], positions[i]
+            if landing.fleet_ops and op.kind not in membership.KINDS:
+                landing.settle()  # the membership ops stored so far may change who counts
             fate, oid = landing.fate(op)
             if fate == REFUSED:
                 refused += 1
@@ -190,6 +191,8 @@ class Sync(ReplicaCore):
                     store(op, oid, position)
         for oid, gone in touched.items():
             _advance(cur, oid, gone)
+        if landing.fleet_ops:
+            landing.settle()
         return new, new_index, refused, fleet_ops
 
     def _observe(self, cur: Any, seen: int) -> None:
@@ -319,19 +322,47 @@ class Landing:
     not held up behind it, and in the replica's refusals; never stored) or ``STORE``. Origins new to the replica get
     a row, named in ``new_oids``."""
 
-    def __init__(self, rep: Sync, cur: Any, removed: Mapping[bytes, int], new_oids: dict[bytes, int]) -> None:
-        self.rep, self.cur, self.removed, self.new_oids = rep, cur, removed, new_oids
+    def __init__(self, rep: Sync, cur: Any, new_oids: dict[bytes, int]) -> None:
+        self.rep, self.cur, self.new_oids = rep, cur, new_oids
         self.now = rep._wall()
         self.arrived = store.arrival_time(cur, self.now)
         kept = purge.setting(cur)
         self.horizon = 0 if kept is None else kept.horizon_ms
         self.contig: dict[int, int] = {}
         self.pins = pinstore.any_pins(cur)  # without any, no op needs judging against pins
+        self.fleet_ops = False  # a membership op was stored since the standing was last read
+        self.judge_again()
+
+    def settle(self) -> None:
+        """Settle the membership ops stored so far (``fleetstore.settle``) and judge by what it made."""
+        fleetstore.settle(self.cur)
+        self.fleet_ops = False
+        self.judge_again()
+
+    def judge_again(self) -> None:
+        """Read who counts (``fleet_removed``, ``fleet_members``)."""
+        self.removed = fleetstore.removed(self.cur)
+        self.closed = fleetstore.closed(self.cur)
+        self.counts: dict[bytes, bool] = {}
+        self.contig.clear()  # a settle may have held an origin's mark back
+
+    def barred(self, op: Op) -> bool:
+        """An op this replica refuses (``membership.barred``): its origin was never let in, or is
+        removed and the op lies above its cutoff. Membership ops are never barred: they are kept."""
+        origin = op.origin
+        if op.kind in membership.KINDS or origin == self.rep.node_key:
+            return False
+        if self.closed:
+            if origin not in self.counts:
+                self.counts[origin] = fleetstore.admitted(self.cur, origin)
+            if not self.counts[origin]:
+                return True
+        return origin in self.removed and op.seq > self.removed[origin]
 
     def fate(self, op: Op) -> tuple[str, int]:
         """What becomes of ``op``, and its origin's row id (0 when refused)."""
         rep, cur = self.rep, self.cur
-        if self.removed and membership.barred(self.removed, op.origin, op.seq, rep.node_key):
+        if self.barred(op):
             return REFUSED, 0
         oid = rep._oids.get(op.origin) or self.new_oids.get(op.origin)
         if oid is None:  # remembered once the transaction commits (a rollback forgets the row)
@@ -339,8 +370,9 @@ class Landing:
         if oid not in self.contig:
             self.contig[oid] = int(cur.execute("SELECT contig FROM origins WHERE oid = ?", (oid,)).fetchone()[0])
         if op.seq <= self.contig[oid] and oid != rep._self_oid:  # not held, yet counted: purged here
-            return PURGED_HERE, oid
-        if retention.purgeable_on_arrival(op, self.horizon, self.now):  # every replica purges it: never stored
+            if op.kind not in membership.KINDS:
+                return PURGED_HERE, oid
+        elif retention.purgeable_on_arrival(op, self.horizon, self.now):  # every replica purges it: never stored
             for role, at in firstseen.sightings(op):  # what it showed stays, as on a replica that held it
                 firstseen.record(cur, role, at)
             return GONE, oid
@@ -348,6 +380,8 @@ class Landing:
             pinstore.count_refused(cur, op, str(op.body["f"]))
             return PINNED, oid
         self.pins = self.pins or op.kind == KIND_PIN  # a pin stored earlier in this batch counts
+        if op.kind in membership.KINDS:
+            self.fleet_ops = True
         return STORE, oid
 
 

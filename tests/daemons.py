@@ -56,7 +56,8 @@ from typing import Any, Protocol, TypeVar
 
 import pytest
 
-from peerd.config import encode_fleet_key, new_fleet_key
+from peerd.config import decode_fleet_key, encode_fleet_key, fleet_id, new_fleet_key
+from replica import identity, open_home
 from tests import waiting
 from tests.waiting import patience
 
@@ -259,8 +260,10 @@ class Daemon:
         mdns: bool = False,
         executable: Path = PEERD,
         config: dict[str, Any] | None = None,
+        admit: bool = True,
     ) -> None:
         self.name = name
+        self.admit = admit  # let in by its fleet's founder once initialised (``Fleet.init``)
         self.config = dict(config or {})  # config.toml keys written after `peerd init`
         self.home = home
         self.port = port
@@ -278,6 +281,8 @@ class Daemon:
         self.spawned_at = 0.0  # time.monotonic() of the last spawn
         self.info: dict[str, Any] = {}
         self.initialised = False
+        self.init_node = ""  # the node id ``peerd init`` printed
+        self.admitted = False
 
     def __repr__(self) -> str:
         return f"Daemon({self.name!r}, {self.addr})"
@@ -504,6 +509,7 @@ class Fleet:
         self.key = fleet_key or encode_fleet_key(new_fleet_key())
         self.daemons: list[Daemon] = []
         self.relays: list[NamespaceRelay] = []
+        self.founders: dict[str, Daemon] = {}  # fleet key -> the daemon whose home made that fleet
         _OPEN_FLEETS.append(self)
 
     def __getitem__(self, name: str) -> Daemon:
@@ -549,8 +555,35 @@ class Fleet:
             if proc.returncode != 0:
                 raise DaemonFailed(f"peerd init of {d.name} failed ({proc.returncode}): {out.decode(errors='replace')}")
             d.initialised = True
+            d.init_node = str(json.loads(out.decode()[out.decode().index("{"):])["node_id"])
             if d.config:
                 d.write_config()
+        self.admit()
+
+    def admit(self) -> None:
+        """Let every initialised daemon into its fleet, as a member does with ``peerd admit``: the
+        first daemon of a key that runs the current code founds that fleet (it trusts itself); the
+        others trust whoever lets them in, which is a running member of the current code if there is
+        one (so the admit spreads at once), else the founder. Daemons of an earlier release are let in
+        too; nothing opens their replicas."""
+        for d in self.daemons:
+            if d.initialised and d.executable == PEERD and d.fleet_key not in self.founders:
+                self.founders[d.fleet_key] = d
+                with contextlib.closing(open_home(d.home)) as rep:
+                    rep.set_fleet_roots(frozenset({rep.node_key}))
+                d.admitted = True
+        for key, founder in self.founders.items():
+            todo = [d for d in self.daemons if d.fleet_key == key and d.initialised and d.admit and not d.admitted]
+            if not todo:
+                continue
+            member = next((d for d in self.daemons if d.fleet_key == key and d.admitted and d.running
+                           and d.executable == PEERD), founder)
+            with contextlib.closing(open_home(member.home)) as rep:
+                for d in todo:
+                    node = (bytes.fromhex(d.init_node) if d.init_node  # a home made otherwise: its key says
+                            else identity.load_or_create(d.home / "node.key").public_key)
+                    rep.admit_node(node, d.name, fleet_id(decode_fleet_key(key)))
+                    d.admitted = True
 
     def start(self, *daemons: Daemon) -> None:
         """Initialise and start the given daemons (default: all not running) in parallel; returns

@@ -61,3 +61,13 @@ def downgrade(path: Path, version: int) -> None:
             conn.executescript(script)
         conn.execute("UPDATE meta SET v = ? WHERE k = 'schema_version'", (version,))
     conn.close()
+
+
+def undo_members(conn: sqlite3.Connection) -> None:
+    """Take back schema v12 (``SCHEMA_MEMBERS``) on an open file: rekeys listed in ``fleet_rekeys``
+    again, and no list of every membership op nor of the nodes let in."""
+    conn.execute("CREATE TABLE fleet_rekeys(origin BLOB NOT NULL, seq INTEGER NOT NULL, lseq INTEGER NOT NULL,"
+                 " PRIMARY KEY(origin, seq)) WITHOUT ROWID")
+    conn.execute("INSERT INTO fleet_rekeys SELECT origin, seq, lseq FROM fleet_ops WHERE kind = 'rekey'")
+    conn.execute("DROP TABLE fleet_ops")
+    conn.execute("DROP TABLE fleet_members")

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from peerd import protocol
 from peerd.protocol import client_round, drive
-from replica import InvalidArgument, InvalidOp, Replica, migrate, project
+from replica import InvalidArgument, InvalidOp, Replica, migrate, open_home, project
 from replica import ops as opsmod
 from replica.sync import ALL, V1_ALL, V1_RUN
 from tests.conftest import pull
@@ -220,6 +220,19 @@ class FirstRelease:
     def removed(self) -> dict[bytes, int]:
         return self.rep.removed()
 
+    @property
+    def node_key(self) -> bytes:
+        return self.rep.node_key
+
+    def barring(self) -> Any:
+        return self.rep.barring()
+
+    def fleet_digest(self) -> bytes:  # what our round asks of a replica (the first release sends none on)
+        return self.rep.fleet_digest()
+
+    def membership_ops(self) -> list[bytes]:
+        return self.rep.membership_ops()
+
     def ops_missing(self, theirs: Any, byte_budget: int, mode: str = ALL) -> Any:
         return self.rep.ops_missing(theirs, byte_budget)  # it never filters: it holds only what it knows
 
@@ -230,9 +243,12 @@ class FirstRelease:
         return self.rep.apply(raws)
 
 
+FIRST_RELEASE_IGNORES = {protocol.versions.KEY, "fd", "fo"}  # wire versions, the membership set's digest and ops
+
+
 def _as_first_release(msg: protocol.Msg) -> protocol.Msg:
-    """A message as the first release sends it: no wire versions stated."""
-    return {k: v for k, v in msg.items() if k != protocol.versions.KEY}
+    """A message as the first release sends it: no wire versions stated, no membership set."""
+    return {k: v for k, v in msg.items() if k not in FIRST_RELEASE_IGNORES}
 
 
 def _round_with_first_release(ours: Replica, old: FirstRelease, marks: dict[bytes, tuple[int, int]]
@@ -314,7 +330,8 @@ def test_status_and_doctor_say_what_waits_for_an_upgrade(fleet: Fleet) -> None:
     fleet.mesh()
     fleet.start()
     future = NewerNode()
-    with Replica.open(a.db) as rep:  # another process on a's replica file, as a newer peer's push would land
+    with open_home(a.home) as rep:  # another process on a's replica, as a newer peer's push would land
+        rep.admit_node(future.key, "future", a.status()["fleet_id"])  # a member, let in by a
         rep.apply([future.op("lease", {"p": "x"}), future.op("lease", {"p": "y"}), future.message("p", "c", "hi")])
     wait_until(lambda: b.status()["totals"]["newer_ops"] == 2, 30, "the newer ops relayed to b")
     shown = subprocess.run([str(PEERD), "status", "--home", str(a.home)], capture_output=True, text=True,

@@ -34,34 +34,115 @@ rekeys = st.builds(
 rekey_sets = st.lists(rekeys, min_size=1, max_size=8, unique_by=lambda r: (r.origin, r.seq))
 
 
-@given(rekey_sets, st.randoms())
-def test_standing_does_not_depend_on_arrival_order(ops: list[mem.Rekey], rnd: object) -> None:
-    """Any order, any duplicates: the same removals, void set and winner."""
-    shuffled = list(ops) + list(ops[:2])
+admits = st.builds(
+    mem.Admit,
+    origin=st.sampled_from(NODES),
+    seq=st.integers(1, 20),
+    hlc=st.integers(0, 50),
+    node=st.sampled_from(NODES),
+)
+# Membership ops: an (origin, seq) names one op, whichever kind it is.
+fleet_sets = st.lists(st.one_of(rekeys, admits), min_size=1, max_size=10, unique_by=lambda o: (o.origin, o.seq))
+roots = st.one_of(st.none(), st.frozensets(st.sampled_from(NODES), max_size=2))
+
+
+def split(ops: list[mem.Rekey | mem.Admit]) -> tuple[list[mem.Rekey], list[mem.Admit]]:
+    return [o for o in ops if isinstance(o, mem.Rekey)], [o for o in ops if isinstance(o, mem.Admit)]
+
+
+@given(fleet_sets, roots, st.randoms())
+def test_standing_does_not_depend_on_arrival_order(ops: list[mem.Rekey | mem.Admit], trusted: frozenset[bytes] | None,
+                                                  rnd: object) -> None:
+    """Any order, any duplicates: the same members, removals, void ops and winner."""
+    shuffled = list(ops) + list(ops[:3])
     rnd.shuffle(shuffled)  # type: ignore[attr-defined]
-    a, b = mem.standing(ops), mem.standing(shuffled)
-    assert (a.removed, a.void, a.winner) == (b.removed, b.void, b.winner)
-    assert a.winner is not None and a.winner not in [r for r in ops if (r.origin, r.seq) in a.void]
+    a, b = mem.standing(*split(ops), trusted, NODES[4]), mem.standing(*split(shuffled), trusted, NODES[4])
+    assert (a.removed, a.void, a.winner, a.admitted, a.conflicts) == (b.removed, b.void, b.winner, b.admitted,
+                                                                      b.conflicts)
+    assert a.winner is None or a.winner.ident not in a.void
 
 
-@given(rekey_sets)
-def test_a_removed_node_counts_for_nothing_past_its_cutoff(ops: list[mem.Rekey]) -> None:
-    """No non-void rotation lies above its origin's cutoff, and every cutoff is the lowest one given."""
-    s = mem.standing(ops)
+@given(fleet_sets, roots)
+def test_what_counts_follows_the_rules(ops: list[mem.Rekey | mem.Admit], trusted: frozenset[bytes] | None) -> None:
+    """No op that counts lies above its origin's cutoff or comes from a node never let in; every node a
+    counting rekey names is removed, at a cutoff no higher than it gave; every node let in is a root
+    or named by a counting admit; and every op is decided (counts, or is void)."""
+    s = mem.standing(*split(ops), trusted, NODES[4])
+    counting = [o for o in ops if o.ident not in s.void]
+    for o in counting:
+        assert o.origin not in s.removed or o.seq <= s.removed[o.origin]
+        assert s.counts(o.origin)
     for r in s.valid:
-        earlier = [o for o in s.valid if o.order < r.order and r.origin in o.removes]
-        assert all(r.seq <= o.removes[r.origin] for o in earlier)
-    for node, upto in s.removed.items():
-        assert upto == min(r.removes[node] for r in s.valid if node in r.removes)
+        for node, upto in r.removes.items():
+            assert node in s.removed and s.removed[node] <= upto
+    if s.admitted is not None:
+        named = {o.node for o in counting if isinstance(o, mem.Admit)}
+        assert s.admitted <= (set(trusted or ()) or mem.trusted_roots(split(ops)[1], NODES[4])) | named
+    assert set(s.valid) == {o for o in counting if isinstance(o, mem.Rekey)}
 
 
-def test_mutual_removal_keeps_the_earlier_one() -> None:
-    """Two nodes removing each other: the earlier (by clock) wins and voids the other's."""
+def _ids(nodes: set[bytes]) -> set[int]:
+    return {n[0] for n in nodes}
+
+
+def test_mutual_removal_removes_both_at_the_cutoffs_they_gave() -> None:
+    """A removes X while X removes A (each past what the other held): both are out, each from the seq
+    after the cutoff the other gave, and neither rotation holds the key."""
     a, x = NODES[0], NODES[1]
-    first = mem.Rekey(a, 5, hlc=10, epoch=1, fleet_id="0" * 16, removes={x: 3})
-    late = mem.Rekey(x, 4, hlc=11, epoch=1, fleet_id="1" * 16, removes={a: 4})
-    s = mem.standing([late, first])
-    assert s.removed == {x: 3} and s.void == {(x, 4)} and s.winner == first
+    mine = mem.Rekey(a, 5, hlc=10, epoch=1, fleet_id="0" * 16, removes={x: 3})
+    theirs = mem.Rekey(x, 4, hlc=1, epoch=1, fleet_id="1" * 16, removes={a: 4})
+    for order in ([mine, theirs], [theirs, mine]):
+        s = mem.standing(order)
+        assert s.removed == {x: 3, a: 4} and s.void == {(x, 4), (a, 5)} and s.winner is None
+        assert s.conflicts == {a, x}
+
+
+def test_a_conflict_takes_no_one_else_out() -> None:
+    """A stolen node that removed everyone before it was removed takes out only the one that removed
+    it: its removal of the others counts for nothing."""
+    a, b, c, x = NODES[:4]
+    honest = mem.Rekey(a, 9, hlc=10, epoch=1, fleet_id="0" * 16, removes={x: 3})
+    thief = mem.Rekey(x, 5, hlc=1, epoch=1, fleet_id="1" * 16, removes={a: 2, b: 0, c: 0})
+    s = mem.standing([honest, thief])
+    assert s.removed == {a: 2, x: 3} and b not in s.removed and c not in s.removed
+
+
+def test_a_cycle_of_removals_removes_every_node_in_it() -> None:
+    """A removes B, B removes C, C removes A, each past what the remover held: all three are out."""
+    a, b, c, d = NODES[:4]
+    cycle = [mem.Rekey(p, 9, 1, 1, "0" * 16, removes={q: 5}) for p, q in ((a, b), (b, c), (c, a))]
+    s = mem.standing(cycle, [mem.Admit(a, seq, 0, n) for seq, n in enumerate((b, c, d), 1)], {a}, d)
+    assert s.removed == {a: 5, b: 5, c: 5} and s.winner is None and s.admitted == {a, b, c, d}
+
+
+def test_an_admit_past_the_admitters_cutoff_lets_nobody_in() -> None:
+    """A removed node cannot bring a friend in after its cutoff; before it, the friend stays in."""
+    a, x, late, early = NODES[:4]
+    out = mem.Rekey(a, 9, 1, 1, "0" * 16, removes={x: 5})
+    lets = [mem.Admit(a, 1, 0, x), mem.Admit(x, 3, 0, early), mem.Admit(x, 7, 0, late)]
+    s = mem.standing([out], lets, {a}, a)
+    assert early in s.admitted and late not in s.admitted and (x, 7) in s.void
+
+
+def test_a_fleet_key_alone_lets_nobody_in() -> None:
+    """A node that admits itself, or that another node nobody let in admits, counts for nothing; a
+    home given only the fleet key trusts whoever let it in, back to the founder."""
+    founder, member, me, stranger = NODES[:4]
+    lets = [mem.Admit(founder, 1, 0, founder), mem.Admit(founder, 2, 0, member), mem.Admit(member, 1, 0, me),
+            mem.Admit(stranger, 1, 0, stranger), mem.Admit(stranger, 2, 0, NODES[4])]
+    s = mem.standing([], lets, {founder}, me)
+    assert s.admitted == {founder, member, me}
+    assert not s.counts(stranger) and mem.barred(s, stranger, 1, me) and not mem.barred(s, stranger, 1, stranger)
+    assert mem.standing([], lets, frozenset(), me).admitted == {founder, member, me}
+    assert mem.standing([], [], frozenset(), me).admitted == frozenset()  # nobody let it in yet
+
+
+def test_menders_take_turns_from_the_winners_origin() -> None:
+    a, b, c = NODES[:3]
+    win = mem.Rekey(b, 1, 1, 1, "f" * 16)
+    assert mem.menders(win, {a, b, c}) == [b, a, c]
+    assert mem.menders(None, {c, a}) == [a, c]
+    assert mem.gaps(None, {a}, {}, {b: 0}) == (set(), {b})  # the first key, which a removed node holds
 
 
 @given(st.dictionaries(st.sampled_from(NODES), st.integers(0, 100)),

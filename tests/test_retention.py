@@ -15,6 +15,7 @@ from replica import InvalidArgument, Replica, identity, ops, schema, vector
 from replica import retention as ret
 from replica.hlc import pack, wall_of
 from tests.conftest import pull
+from tests.oldfiles import undo_members
 
 H = 10_000  # the horizon of these tests: 10 s of a fake clock
 T0 = 1_800_000_000_000
@@ -466,6 +467,7 @@ def test_an_older_file_gets_the_index_by_creation_time(tmp_path: Path) -> None:
     for table in ("leases", "lease_changes", "lease_losses"):  # and what the migrations after it added
         conn.execute(f"DROP TABLE {table}")
     conn.execute("ALTER TABLE receipts DROP COLUMN acked")
+    undo_members(conn)
     before = schema.MIGRATIONS.index(schema.SCHEMA_RETENTION)
     conn.execute("UPDATE meta SET v = ? WHERE k = 'schema_version'", (before,))
     conn.commit()

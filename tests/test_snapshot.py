@@ -26,7 +26,7 @@ from tests.newer import NewerNode
 from tests.snapshots import FLEET_ID, Server, busy_hub, open_snapshot, resume, take, take_page
 
 TABLES = ("ops", "origins", "routes", "lww", "receipts", "profiles", "agents", "threads", "members", "retractions",
-          "thread_seqs", "first_seen", "fleet_admits", "fleet_rekeys", "fleet_removed")
+          "thread_seqs", "first_seen", "fleet_admits", "fleet_ops", "fleet_removed", "fleet_members")
 
 
 def dump(rep: Replica, *, local: bool = True) -> dict[str, list[tuple[Any, ...]]]:
@@ -35,7 +35,7 @@ def dump(rep: Replica, *, local: bool = True) -> dict[str, list[tuple[Any, ...]]
     with rep._store.read() as cur:
         for table in TABLES:
             rows = [tuple(r) for r in cur.execute(f"SELECT * FROM {table}")]
-            if not local and table in ("ops", "origins", "routes", "thread_seqs", "fleet_rekeys"):
+            if not local and table in ("ops", "origins", "routes", "thread_seqs", "fleet_ops"):
                 continue
             out[table] = sorted(rows, key=repr)
         if not local:

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import os
 import secrets
+import shlex
 import shutil
 import tomllib
 from collections.abc import Iterator
@@ -119,6 +120,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
                       f"{info.node.hex()[:16]})\n"
                       f"  holds   {_counts(stats['messages'], stats['ops'], stats['origins'])} as of "
                       f"{_iso(info.created_ms)}; what the old node wrote later comes back from its peers\n"
+                      f"  admit   it is no member until one lets it in; on a member: peerd admit {ident.node_id} "
+                      f"--name {shlex.quote(new_cfg.name)}\n"
                       f"  start   peerd run{flag}\n"
                       f"  secret  {target / homes.CONFIG_TOML} holds the fleet key, as the backup does\n"
                       f"  retire  if the old machine is gone for good, once this node has caught up, on a member: "

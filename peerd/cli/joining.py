@@ -42,7 +42,7 @@ def _prepare(home: Path, name: str | None) -> tuple[Joiner, HomeState, identity.
         with open_home(home) as rep:
             ident_key, signing = rep.node_key, rep.signing_key
             others = len([k for k in rep.vector() if k != rep.node_key])
-            rotations = len(rep.rekey_ops())
+            rotations = len(rep.fleet_view().standing.valid)
     else:
         fresh = identity.generate()
         ident_key, signing, others, rotations = fresh.public_key, fresh.signing_key, 0, 0
@@ -78,6 +78,8 @@ def cmd_join(args: argparse.Namespace) -> int:
     if fresh is not None:
         open_home(home, new_identity=fresh).close()
     cfg = enter_fleet(home, grant, state, name=args.name, force=args.force, extra_seeds=(addr,))
+    with open_home(home) as rep:  # trust whom the member trusts, so both decide alike who is a member
+        rep.set_fleet_roots(grant.trusted())
     switched = _tell_daemon(home)
     data = {"fleet_id": cfg.fleet_id, "member": grant.member_name, "address": addr, "seeds": list(cfg.seeds),
             "node_id": me.key.hex(), "daemon": switched}

@@ -1,13 +1,16 @@
 """The commands that bring machines into a fleet and take them out: ``invite``, ``join``,
-``requests``, ``approve``, ``reject`` and ``remove``.
+``requests``, ``approve``, ``reject``, ``admit``, ``remove`` and ``rotate``.
 
 Invariants:
 * ``join`` writes nothing to the home until a member's answer checked out: a fresh machine's node
   key is made in memory and saved only then, so a failed join leaves no half-made home behind.
 * A running daemon of the joining home takes the new fleet at once (``/api/fleet/reload``); no
   restart by hand.
-* ``requests``, ``approve``, ``reject``, ``remove`` and ``invite --code`` act through the running
-  daemon (exit code 3 without one): the requests and codes live in its memory.
+* ``requests``, ``approve``, ``reject``, ``remove``, ``rotate`` and ``invite --code`` act through the
+  running daemon (exit code 3 without one): the requests and codes live in its memory, and a new
+  fleet key must reach the daemon that seals with it.
+* ``admit`` writes on the replica file itself (one signed ``admit`` op), with or without a daemon,
+  as ``peerd retention`` does: it lets in a machine that was given the fleet key by other means.
 * Durations are ``N`` seconds or ``Ns``, ``Nm``, ``Nh``, ``Nd``; anything else is a usage error.
 * ``join``'s flow (aiohttp, the PAKE) lives in ``peerd.cli.joining``, imported when it runs, so no
   other command pays for loading it.
@@ -24,8 +27,11 @@ from typing import Any
 from discovery.seeds import format_seed
 from peerd import home as homes
 from peerd.cli.backends import daemon, running_daemon
+from peerd.cli.errors import EXIT_USAGE, CliError
 from peerd.cli.format import table
+from peerd.cli.replicafile import open_replica
 from peerd.cli.setup import home_flag, open_fleet
+from peerd.config import load_config
 from peerd.invite import DEFAULT_TTL, MAX_TTL, issue
 from peerd.netaddr import lan_address
 from peerd.pairing import codes
@@ -130,6 +136,32 @@ def cmd_remove(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_admit(args: argparse.Namespace) -> int:
+    try:
+        node = bytes.fromhex(args.node)
+    except ValueError:
+        node = b""
+    if len(node) != 32:
+        raise CliError(f"{args.node!r} is not a node id: give all 64 hex digits (`peerd status` on that machine "
+                       "prints them)", EXIT_USAGE)
+    with open_replica(args) as rep:
+        cfg = load_config(homes.config_path(homes.resolve_home(args.home)))
+        name = args.name or f"node-{args.node[:8]}"
+        rep.admit_node(node, name, cfg.fleet_id)
+    emit(args, {"admitted": node.hex(), "name": name, "fleet_id": cfg.fleet_id},
+         f"admitted {name} ({node.hex()[:16]}) to fleet {cfg.fleet_id}: members count its ops once this reaches "
+         "them (a running daemon sends it on at once)")
+    return 0
+
+
+def cmd_rotate(args: argparse.Namespace) -> int:
+    out = daemon(homes.resolve_home(args.home)).call("POST", "/api/fleet/rotate", {})
+    emit(args, out, f"rotated the fleet key to fleet {out['fleet_id']} (epoch {out['epoch']}), sealed to "
+                     f"{out['members']} member(s): a holder of an earlier key gets nothing more from the fleet; "
+                     "members that are offline catch up when they come back.")
+    return 0
+
+
 # -- the flags ------------------------------------------------------------------------------------
 
 
@@ -176,6 +208,16 @@ def approve_arguments(s: argparse.ArgumentParser) -> None:
 def reject_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("code", metavar="CODE")
     s.set_defaults(fn=cmd_reject)
+
+
+def admit_arguments(s: argparse.ArgumentParser) -> None:
+    s.add_argument("node", metavar="NODE_ID", help="the whole id of the machine to let in (64 hex digits)")
+    s.add_argument("--name", help="a name for it in the fleet (default: node- and the start of its id)")
+    s.set_defaults(fn=cmd_admit)
+
+
+def rotate_arguments(s: argparse.ArgumentParser) -> None:
+    s.set_defaults(fn=cmd_rotate)
 
 
 def remove_arguments(s: argparse.ArgumentParser) -> None:

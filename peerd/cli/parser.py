@@ -51,7 +51,9 @@ COMMANDS = (
     Command("requests", "pairing", "join requests waiting for approval on this member"),
     Command("approve", "pairing", "let in the machine whose request shows CODE"),
     Command("reject", "pairing", "refuse the join request that shows CODE"),
+    Command("admit", "pairing", "let in a machine given the fleet key by other means (by its node id)"),
     Command("remove", "pairing", "remove a machine from the fleet: refuse its new ops and rotate the fleet key"),
+    Command("rotate", "pairing", "a new fleet key for the members, removing nobody (after a key leaked)"),
     Command("run", "arguments", "run the daemon (initialises the home if needed)"),
     Command("stop", "arguments", "stop the daemon of this home and wait until it has exited"),
     Command("mcp", "mcpserve", "serve the MCP tools (stdio or HTTP) on this home's replica, a replica file or "

@@ -17,7 +17,7 @@ from pathlib import Path
 from peerd import home as homes
 from peerd.cli.errors import EXIT_FAIL, EXIT_NO_HOME, CliError
 from peerd.config import Config, init_home, load_config
-from replica import open_home
+from replica import Replica, open_home
 
 
 def home_flag(home_arg: str | None) -> str:
@@ -63,5 +63,20 @@ def open_fleet(home: Path, *, flag: str, create: bool, new_fleet: bool = False, 
     if has_node(home) and fleet_key is None and not new_fleet:
         raise CliError(lost_fleet_message(home, flag), EXIT_NO_HOME)
     homes.ensure_home(home)
-    open_home(home).close()  # key and replica together (a key alone would be retired later)
+    with open_home(home) as rep:  # key and replica together (a key alone would be retired later)
+        close_fleet(rep, founder=fleet_key is None or new_fleet)
     return init_home(home, name=name, fleet_key=fleet_key), True
+
+
+def close_fleet(rep: Replica, *, founder: bool) -> None:
+    """Decide whom a new home's replica trusts without an admit: a new fleet's founder trusts itself;
+    a home given only the fleet key trusts whoever lets it in (it is no member until a member runs
+    ``peerd admit`` for it); a replica kept from before (its fleet key given back) keeps the members
+    it knew."""
+    if founder:
+        rep.set_fleet_roots(frozenset({rep.node_key}))
+    elif rep.fleet_roots() is None:
+        if any(k != rep.node_key for k in rep.vector()):
+            rep.close_open_fleet()
+        else:
+            rep.set_fleet_roots(frozenset())

@@ -179,7 +179,8 @@ class PairingHost:
 
     async def _let_in(self, joiner: bytes, name: str, remote: str, how: str) -> Grant:
         keys = self.member.keys
-        grant = Grant(keys.current, tuple(self.member.lan_seeds()), self.member.name, self.me)
+        roots = await asyncio.to_thread(self.member.rep.roots_to_give)
+        grant = Grant(keys.current, tuple(self.member.lan_seeds()), self.member.name, self.me, tuple(sorted(roots)))
         await asyncio.to_thread(self.member.rep.admit_node, joiner, name, keys.fleet_id)
         log.warning("let %s (node %s, at %s) into fleet %s with %s", name, joiner.hex()[:16], remote,
                     keys.fleet_id, how)

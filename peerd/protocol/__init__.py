@@ -35,9 +35,11 @@ from peerd.protocol.rounds import (
     handle_pull,
     handle_push,
     handle_sync,
+    is_membership_op,
     serve,
     step,
     sync_request,
+    wanted,
 )
 from peerd.protocol.wire import (
     BACK,
@@ -127,6 +129,7 @@ __all__ = [
     "handle_pull",
     "handle_push",
     "handle_sync",
+    "is_membership_op",
     "learn",
     "link",
     "peers_message",
@@ -144,4 +147,5 @@ __all__ = [
     "sync_request",
     "ungroup",
     "versions",
+    "wanted",
 ]

@@ -56,7 +56,8 @@ from peerd.protocol.wire import (
     shorten,
 )
 from replica import vector as vec
-from replica.membership import cap_vector
+from replica.errors import InvalidOp
+from replica.membership import KINDS, cap_vector
 from replica.models import ApplyResult, Page
 from replica.ops import peek, read_stored
 from replica.sync import ALL, V1_ALL, V1_RUN
@@ -65,8 +66,13 @@ FULL_VECTOR_MAX = 16  # send the whole vector up front when it has at most this 
 
 
 class SyncReplica(Protocol):
+    @property
+    def node_key(self) -> bytes: ...
     def vector(self) -> dict[bytes, int]: ...
     def removed(self) -> dict[bytes, int]: ...
+    def barring(self) -> tuple[dict[bytes, int], frozenset[bytes] | None]: ...
+    def fleet_digest(self) -> bytes: ...
+    def membership_ops(self) -> list[bytes]: ...
     def ops_missing(self, theirs: Mapping[bytes, int], byte_budget: int, mode: str = ALL) -> Page: ...
     def apply(self, raws: Sequence[bytes], covered: Mapping[bytes, tuple[int, int]] | None = None) -> ApplyResult: ...
 
@@ -132,6 +138,10 @@ def encode_page(page: Page, *, implicit_when_complete: bool = False) -> Msg:
 
 
 def handle_sync(rep: SyncReplica, msg: Msg, budget: int) -> Msg:
+    return _with_fleet(rep, msg, _sync_reply(rep, msg, budget))
+
+
+def _sync_reply(rep: SyncReplica, msg: Msg, budget: int) -> Msg:
     ours = rep.vector()
     mine = shorten(ours)
     if "v" in msg:  # small vectors come whole, with no digest
@@ -148,6 +158,19 @@ def handle_sync(rep: SyncReplica, msg: Msg, budget: int) -> Msg:
     return {"t": DIFF, "v": mine}
 
 
+def _with_fleet(rep: SyncReplica, msg: Msg, reply: Msg) -> Msg:
+    """A sync that states its membership digest (``fd``, from this release on) is answered with
+    ours, and with every membership op we hold (``fo``) when the two differ: membership is decided
+    on the whole set, which vectors cannot carry (a removed node's rekey lies past its cutoff)."""
+    if "fd" not in msg:
+        return reply
+    theirs = need(msg, "fd", bytes)
+    reply["fd"] = rep.fleet_digest()
+    if theirs != reply["fd"]:
+        reply["fo"] = rep.membership_ops()
+    return reply
+
+
 def handle_pull(rep: SyncReplica, msg: Msg, budget: int) -> Msg:
     want = _short_vector(need(msg, "w", dict), "want")
     page = rep.ops_missing(expand(want, rep.vector(), default_ours=True), budget, serving_mode(msg))
@@ -159,6 +182,14 @@ def handle_push(rep: SyncReplica, msg: Msg) -> tuple[Msg, ApplyResult]:
     covered = _ranges(msg["c"]) if "c" in msg else {}
     result = rep.apply(ops, _full_keys(covered, rep, ops) or None)
     return {"t": OK, "new": result.new}, result
+
+
+def is_membership_op(raw: bytes) -> bool:
+    """Whether ``raw`` is an op of a membership kind (read, not verified: ``apply`` verifies)."""
+    try:
+        return read_stored(raw).kind in KINDS
+    except InvalidOp:  # anything that does not even read is no membership op
+        return False
 
 
 def first_release_takes(raws: Sequence[bytes]) -> list[bytes]:
@@ -193,8 +224,10 @@ class RoundResult:
     ours: dict[bytes, int] | None = None  # our vector (short ids) as the round ended
 
 
-def sync_request(ours: Mapping[bytes, int]) -> Msg:
+def sync_request(ours: Mapping[bytes, int], fleet_digest: bytes | None = None) -> Msg:
     msg: Msg = versions.state({"t": SYNC})
+    if fleet_digest is not None:
+        msg["fd"] = fleet_digest
     if len(ours) <= FULL_VECTOR_MAX:
         msg["v"] = shorten(ours)
     else:
@@ -229,15 +262,15 @@ def client_round(rep: SyncReplica, *, budget: int, pushed: Pushed | None = None)
     event loop when the caller steps the round on a worker thread). ``pushed``: the marks kept
     for this peer between rounds (used when it speaks only the first release's wire)."""
     res = RoundResult()
-    reply = yield sync_request(rep.vector())
+    reply = yield sync_request(rep.vector(), rep.fleet_digest())
     res.wire = versions.stated(reply) if isinstance(reply, dict) else versions.FIRST_RELEASE
     every_op = versions.takes_every_op(res.wire)
+    fleet_moved = yield from _settle_fleet(rep, reply)
     if need(reply, "t", str) == SAME:
-        res.same = True
+        res.same = not fleet_moved
         res.ours = shorten(rep.vector())
         return res
-    # A removed node's ops above its cutoff are never wanted, even from a peer that has not heard yet.
-    theirs_short = cap_vector(_short_vector(need(reply, "v", dict), "their vector"), shorten(rep.removed()))
+    theirs_short = wanted(rep, _short_vector(need(reply, "v", dict), "their vector"))
     res.their_vector = dict(theirs_short)
     more = bool(_wants(rep.vector(), theirs_short))
     if "pg" in reply:
@@ -258,6 +291,34 @@ def client_round(rep: SyncReplica, *, budget: int, pushed: Pushed | None = None)
     res.requests += pushes
     res.ours = shorten(rep.vector())
     return res
+
+
+def wanted(rep: SyncReplica, theirs_short: Mapping[bytes, int]) -> dict[bytes, int]:
+    """A peer's vector as far as we want it: a removed node's ops above its cutoff are never wanted,
+    even from a peer that has not heard yet, nor ops of a node nobody let in (its membership ops
+    come with the set, ``_settle_fleet``)."""
+    removed, let_in = rep.barring()
+    out = cap_vector(theirs_short, shorten(removed))
+    if let_in is not None:
+        mine, counted = shorten(rep.vector()), {short(k) for k in (*let_in, rep.node_key)}
+        out = {s: n if s in counted else min(n, mine.get(s, 0)) for s, n in out.items()}
+    return out
+
+
+def _settle_fleet(rep: SyncReplica, reply: Msg) -> Generator[Msg, Msg, bool]:
+    """Make our set of membership ops and the peer's one: take what its reply carries (``fo``), and
+    push it ours when its digest still differs. True when either side's set changed."""
+    if not isinstance(reply, dict) or "fd" not in reply:
+        return False  # a peer of an earlier release: it keeps no set
+    moved = False
+    if "fo" in reply:
+        moved = rep.apply(_ops(reply["fo"])).new > 0
+    if need(reply, "fd", bytes) != rep.fleet_digest():
+        answer = yield versions.state({"t": PUSH, "o": rep.membership_ops(), "r": 1})
+        if need(answer, "t", str) != OK:
+            raise ProtocolError("push of membership ops was not acknowledged")
+        moved = True
+    return moved
 
 
 def _push_missing(
