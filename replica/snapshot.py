@@ -268,7 +268,7 @@ class Snapshots(Sync):
             result, fleet_ops, vouched = self._store_page(cur, decoded, new_oids)
             if fleet_ops:
                 fleetstore.settle(cur)
-            _cover(cur, covered, fleetstore.removed(cur), self.node_key)
+            _cover(cur, covered, self.node_key)
             if vouched:
                 _vouched_for(cur, taking.signer, min(vouched), max(vouched))
             if decoded:

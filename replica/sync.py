@@ -117,7 +117,7 @@ class Sync(ReplicaCore):
         with self._store.write() as cur:
             new, new_index, refused, fleet_ops = self._store_all(cur, decoded, positions, new_oids)
             if covered:
-                _cover(cur, covered, fleetstore.removed(cur), self.node_key)
+                _cover(cur, covered, self.node_key)
             if decoded:
                 self._observe(cur, max(op.hlc for op in decoded))
         self._oids.update(new_oids)
@@ -440,11 +440,14 @@ def _advance(cur: Any, oid: int, gone: Sequence[int] = ()) -> None:
     )
 
 
-def _cover(cur: Any, covered: Mapping[bytes, tuple[int, int]], removed: Mapping[bytes, int], me: bytes) -> None:
+def _cover(cur: Any, covered: Mapping[bytes, tuple[int, int]], me: bytes) -> None:
     """Take a page's covered ranges: an origin held up to lo - 1 or more is held or purged up to hi
-    (never past a removed node's cutoff; never our own origin, whose ops only we write)."""
+    (never past a removed node's cutoff; never for a node nobody let in, whose ops were refused, not
+    purged; never our own origin, whose ops only we write)."""
+    removed = fleetstore.removed(cur)
+    closed = fleetstore.closed(cur)
     for origin, (lo, hi) in covered.items():
-        if origin == me:
+        if origin == me or (closed and not fleetstore.admitted(cur, origin)):
             continue
         row = cur.execute("SELECT oid, contig FROM origins WHERE node = ?", (origin,)).fetchone()
         if row is None or int(row[1]) + 1 < lo:
