@@ -39,6 +39,7 @@ from peerd.protocol import Msg, answers, snapshot, versions
 from peerd.protocol.snapshot import Opening
 from replica import vector
 from replica.errors import PeerdError, RemoteError
+from replica.membership import cap_vector
 from replica.models import ApplyResult
 from replica.snapshot import Cursor, Prepared, Taking
 from replica.vouching import VouchCheck
@@ -148,7 +149,10 @@ class Snapshotting:
         theirs = protocol.reply_vector(reply)
         if reply.get("t") == protocol.SAME or theirs is None:
             return None
-        return await self.node.offload(protocol.wanted, self.rep, theirs)
+        # Capped by removals only: a member new to the fleet may not know its members yet (the
+        # snapshot opens with every membership op, and refuses what they bar, page by page).
+        removed = protocol.shorten(await self.node.offload(self.rep.removed))
+        return cap_vector(theirs, removed)
 
     async def _call(self, peer: Peer, msg: Msg) -> Msg:
         reply = await self.node.call(peer, msg)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -11,9 +12,9 @@ import msgpack
 import pytest
 
 from peerd import protocol
-from peerd.config import decode_fleet_key, encode_fleet_key, new_fleet_key
+from peerd.config import decode_fleet_key, encode_fleet_key, fleet_id, new_fleet_key
 from peerd.seal import open_sealed, seal
-from replica import identity, ops
+from replica import identity, open_home, ops
 from tests.daemons import Daemon, Fleet, message_ids, post_raw, read_only, wait_until
 
 pytest_plugins = ["tests.daemons"]
@@ -136,7 +137,13 @@ def test_forged_or_altered_op_is_rejected_with_a_reason(trio: tuple[Fleet, Daemo
     assert reason in reply["e"]
     assert stored_state(a) == before
     assert author.public_key.hex() not in origins(a)
-    # The same good op alone is accepted: the rejection was about the bad op, not the crafting.
+    # The same good op alone is refused quietly while nobody let its author in (the fleet key alone
+    # gives no voice), and accepted once a member did: the rejection was about the bad op.
+    status, reply = _push(a, key, [good])
+    assert (status, reply["t"], reply["new"]) == (200, "ok", 0)
+    assert ops.message_id(author.public_key, 1) not in message_ids(a.db)
+    with contextlib.closing(open_home(a.home)) as rep:
+        rep.admit_node(author.public_key, "author", fleet_id(key))
     status, reply = _push(a, key, [good])
     assert (status, reply["t"], reply["new"]) == (200, "ok", 1)
     assert ops.message_id(author.public_key, 1) in message_ids(a.db)
