@@ -73,9 +73,10 @@ def const_body(body: dict[str, Any]) -> BodyMaker:
     return lambda _seq, _hlc: body
 
 
-def _check_pins(cur: Any, kind: str, body: dict[str, Any], me: bytes, stamp: int) -> None:
-    """Refuse, before it is written, an op in the name of a role pinned to other nodes."""
-    bar = pinstore.admits(cur, kind, body, me, stamp)
+def _check_pins(cur: Any, kind: str, body: dict[str, Any], me: bytes, at: tuple[int, int]) -> None:
+    """Refuse, before it is written, an op in the name of a role pinned to other nodes (``at``: its
+    seq and stamp)."""
+    bar = pinstore.admits(cur, kind, body, me, seq=at[0], hlc=at[1])
     if bar is not None:
         raise RolePinned(bar.role, tuple(sorted(bar.nodes)),
                          pins.refusal(bar.role, bar.nodes, pinstore.node_names(cur)))
@@ -191,7 +192,7 @@ class ReplicaCore:
             now = self._wall()  # one reading: a local op arrives when it is created
             stamp = hlcmod.tick(int(last or 0), now)
             body = make_body(seq, stamp)
-            _check_pins(cur, kind, body, self.node_key, stamp)
+            _check_pins(cur, kind, body, self.node_key, (seq, stamp))
             if kind != KIND_MSG:  # message bodies are built from arguments checked by the caller
                 try:
                     opsmod.validate_body(kind, body)

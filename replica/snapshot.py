@@ -37,7 +37,7 @@ from replica import ops as opsmod
 from replica.errors import InvalidOp
 from replica.models import ApplyResult
 from replica.ops import KIND_MSG, KIND_SET, Op
-from replica.sync import GONE, PINNED, REFUSED, STORE, Landing, Sync, _advance, _cover, _stranded
+from replica.sync import GONE, REFUSED, STORE, Landing, Sync, _advance, _cover, _stranded
 
 VOUCHED = frozenset({KIND_MSG, KIND_SET})  # kinds a snapshot page stores on its signer's word
 TAKING, CURSOR, UNVERIFIED = "snapshot_taking", "snapshot_cursor", "snapshot_unverified"
@@ -308,10 +308,9 @@ class Snapshots(Sync):
             fate, oid = landing.fate(op)
             if fate == REFUSED:
                 refused += 1
-            elif fate in (GONE, PINNED):
+            elif fate == GONE:
                 gone.setdefault(oid, []).append(op.seq)
-                if fate == GONE:
-                    expired.append((oid, op, position))
+                expired.append((oid, op, position))
             elif fate == STORE:
                 held.add((op.origin, op.seq))  # a page naming an op twice stores it once
                 batch.append((oid, op))

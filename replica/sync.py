@@ -32,7 +32,6 @@ from replica.core import LAST_OWN, ReplicaCore
 from replica.errors import InvalidOp
 from replica.models import ApplyResult, Page
 from replica.ops import Op
-from replica.pins import KIND_PIN
 
 # An origin's contiguous mark; this node's own row is always contiguous up to its newest op.
 _CONTIG = (
@@ -174,10 +173,9 @@ class Sync(ReplicaCore):
             fate, oid = landing.fate(op)
             if fate == REFUSED:
                 refused += 1
-            elif fate in (GONE, PINNED):
+            elif fate == GONE:
                 touched.setdefault(oid, []).append(op.seq)
-                if fate == GONE:
-                    gone_ops.setdefault(oid, []).append((op, position))
+                gone_ops.setdefault(oid, []).append((op, position))
             elif fate == STORE:
                 store(op, oid, position)
         for oid, waiting in gone_ops.items():
@@ -306,7 +304,7 @@ class Sync(ReplicaCore):
             return str(cur.execute("PRAGMA integrity_check").fetchone()[0])
 
 
-REFUSED, PURGED_HERE, GONE, PINNED, STORE = "refused", "purged here", "gone", "pinned", "store"
+REFUSED, PURGED_HERE, GONE, STORE = "refused", "purged here", "gone", "store"
 
 
 class Landing:
@@ -314,10 +312,9 @@ class Landing:
     ``Sync.apply`` and of snapshot pages, ``replica.snapshot``): ``REFUSED`` (a removed node's op above
     its cutoff: never stored), ``PURGED_HERE`` (at or below its origin's mark yet not held: purged
     here, and sync never brings it back), ``GONE`` (purgeable on arrival: counted in its origin's
-    vector, its first-seen sightings kept, never stored), ``PINNED`` (in the name of a role pinned
-    to other nodes, ``replica.pins``: counted in its origin's vector, so the origin's later ops are
-    not held up behind it, and in the replica's refusals; never stored) or ``STORE``. Origins new to the replica get
-    a row, named in ``new_oids``."""
+    vector, its first-seen sightings kept, never stored) or ``STORE`` (an op in the name of a role
+    pinned to other nodes too: stored and held back by its projection, ``project.hold_if_refused``, so
+    a later pin op can release it). Origins new to the replica get a row, named in ``new_oids``."""
 
     def __init__(self, rep: Sync, cur: Any, removed: Mapping[bytes, int], new_oids: dict[bytes, int]) -> None:
         self.rep, self.cur, self.removed, self.new_oids = rep, cur, removed, new_oids
@@ -326,7 +323,6 @@ class Landing:
         kept = purge.setting(cur)
         self.horizon = 0 if kept is None else kept.horizon_ms
         self.contig: dict[int, int] = {}
-        self.pins = pinstore.any_pins(cur)  # without any, no op needs judging against pins
 
     def fate(self, op: Op) -> tuple[str, int]:
         """What becomes of ``op``, and its origin's row id (0 when refused)."""
@@ -344,11 +340,7 @@ class Landing:
             for role, at in firstseen.sightings(op):  # what it showed stays, as on a replica that held it
                 firstseen.record(cur, role, at)
             return GONE, oid
-        if self.pins and pinstore.admits(cur, op.kind, op.body, op.origin, op.hlc) is not None:
-            pinstore.count_refused(cur, op, str(op.body["f"]))
-            return PINNED, oid
-        self.pins = self.pins or op.kind == KIND_PIN  # a pin stored earlier in this batch counts
-        return STORE, oid
+        return STORE, oid  # one in a pinned role's name is stored, held back (``project.hold_if_refused``)
 
 
 class _Scan:
