@@ -258,6 +258,12 @@ class Snapshots(Sync):
         look at the replica (so it can run while the page before is stored). InvalidOp when an op is
         malformed, or lies outside those ranges or out of their order."""
         decoded = [_decode(raw, i, self.node_key) for i, raw in enumerate(raws)]
+        now = self._wall()
+        for i, op in enumerate(decoded):  # as ``Sync.apply``: a stamp past the drift refuses the page
+            try:
+                self._checked(op, now)
+            except InvalidOp as exc:
+                raise InvalidOp(exc.reason, index=i) from None
         _inside(decoded, covered)
         return Prepared(decoded, dict(covered))
 

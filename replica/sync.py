@@ -134,15 +134,24 @@ class Sync(ReplicaCore):
         held = self._held(raws)
         decoded: list[Op] = []
         positions: list[int] = []
+        now = self._wall()
         for i, raw in enumerate(raws):
             if i in held:
                 continue
             try:
-                decoded.append(opsmod.decode(raw))
+                decoded.append(self._checked(opsmod.decode(raw), now))
             except InvalidOp as exc:
                 raise InvalidOp(exc.reason, index=i) from None
             positions.append(i)
         return decoded, positions
+
+    def _checked(self, op: Op, now: int) -> Op:
+        """``op``, unless it is a peer's op stamped beyond the allowed drift (``hlc.too_far_ahead``):
+        then InvalidOp, and nothing of its batch is stored (our own clock is the reference)."""
+        why = None if op.origin == self.node_key else hlcmod.too_far_ahead(op.hlc, now, self._max_drift_ms)
+        if why is not None:
+            raise InvalidOp(why)
+        return op
 
     def _store_all(self, cur: Any, decoded: Sequence[Op], positions: Sequence[int], removed: Mapping[bytes, int],
                    new_oids: dict[bytes, int]) -> tuple[list[int], list[int], int, bool]:
