@@ -23,7 +23,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from replica import firstseen, fleetstore, leases, leasestore, membership, pins, pinstore, retention, routing
+from replica import firstseen, fleetstore, leases, leasestore, membership, pins, pinstore, retention, routing, scrub
 from replica.hlc import wall_of
 from replica.names import name_key
 from replica.ops import (
@@ -244,10 +244,13 @@ def settle_retraction(cur: sqlite3.Cursor, mid: str) -> None:
     first = cur.execute("SELECT min(hlc) FROM retractions WHERE msg_id = ? AND by_key = ?", (mid, skey)).fetchone()[0]
     if first is None or (retracted is not None and retracted <= first) or channel is None:
         return
-    if content is not None and lseq <= _fts_upto(cur):  # contentless FTS5 deletes by the indexed values
+    searched = content is not None and lseq <= _fts_upto(cur)
+    if searched:  # contentless FTS5 deletes by the indexed values
         cur.execute("INSERT INTO message_fts(message_fts, rowid, content, sender, channel)"
                     " VALUES ('delete', ?, ?, ?, ?)", (lseq, content, sender, channel))
-    cur.execute("UPDATE ops SET content = NULL, retracted = ? WHERE lseq = ?", (first, lseq))
+    # The signed bytes hold the content too: they go, and the seq counts as held, as a purged op's.
+    cur.execute("UPDATE ops SET content = NULL, blob = x'', retracted = ? WHERE lseq = ?", (first, lseq))
+    scrub.mark(cur, search=searched)
 
 
 def _fts_upto(cur: sqlite3.Cursor) -> int:

@@ -186,7 +186,7 @@ class Snapshots(Sync):
                 end, cut = top, False
                 if row is not None:
                     for seq, blob in cur.execute("SELECT seq, blob FROM ops WHERE oid = ? AND seq BETWEEN ? AND ?"
-                                                 " ORDER BY seq", (row[0], lo, top)):
+                                                 " AND length(blob) > 0 ORDER BY seq", (row[0], lo, top)):
                         if ops and used + len(blob) > budget:
                             end, cut = seq - 1, True
                             break

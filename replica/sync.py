@@ -232,14 +232,15 @@ class Sync(ReplicaCore):
     def ops_after(self, lseq: int, limit: int = 1000) -> list[tuple[int, bytes]]:
         """Ops that landed here after local position ``lseq``, oldest first."""
         with self._store.read() as cur:
-            rows = cur.execute("SELECT lseq, blob FROM ops WHERE lseq > ? ORDER BY lseq LIMIT ?", (lseq, limit))
+            rows = cur.execute("SELECT lseq, blob FROM ops WHERE lseq > ? AND length(blob) > 0 ORDER BY lseq LIMIT ?",
+                               (lseq, limit))
             return [(int(r[0]), bytes(r[1])) for r in rows]
 
     def local_ops_after(self, lseq: int, limit: int = 1000) -> list[tuple[int, bytes]]:
         """This node's own ops (written by any process on this replica) after ``lseq``."""
         with self._store.read() as cur:
             rows = cur.execute(
-                "SELECT lseq, blob FROM ops WHERE lseq > ? AND oid = ? ORDER BY lseq LIMIT ?",
+                "SELECT lseq, blob FROM ops WHERE lseq > ? AND oid = ? AND length(blob) > 0 ORDER BY lseq LIMIT ?",
                 (lseq, self._self_oid, limit),
             )
             return [(int(r[0]), bytes(r[1])) for r in rows]
@@ -253,12 +254,13 @@ class Sync(ReplicaCore):
 
     def state_digest(self) -> str:
         """A hash of the replicated state (messages, retractions, LWW registers, first-seen times, role
-        pins), not local order. A retracted message counts without its content, as every replica holds it."""
+        pins), not local order. A retracted message counts by its retraction alone: its op is gone, so a
+        replica that never held it holds the same state."""
         h = hashlib.blake2b(digest_size=16)
         with self._store.read() as cur:
             for row in cur.execute(
                 "SELECT id, sender, sender_inst, channel, to_inst, thread, content, hlc, retracted FROM messages"
-                " ORDER BY id"
+                " WHERE retracted IS NULL ORDER BY id"
             ):
                 h.update(pack(list(row)))
             for row in cur.execute("SELECT msg_id, by_key, hlc FROM retractions ORDER BY msg_id, by_key, hlc"):
@@ -303,7 +305,7 @@ class Sync(ReplicaCore):
         kind: stored, counted and relayed; an upgrade applies what they hold."""
         out: dict[str, int] = {}
         with self._store.read() as cur:
-            for (blob,) in cur.execute("SELECT blob FROM ops WHERE newer IS NOT NULL"):
+            for (blob,) in cur.execute("SELECT blob FROM ops WHERE newer IS NOT NULL AND length(blob) > 0"):
                 kind = opsmod.read_stored(bytes(blob)).kind
                 out[kind] = out.get(kind, 0) + 1
         return out
@@ -366,7 +368,8 @@ class _Scan:
         only_v1 = " AND v1 = 1" if self.mode == V1_ALL else ""
         last = self.lo - 1
         for seq, blob, v1 in cur.execute(
-            f"SELECT seq, blob, v1 FROM ops WHERE oid = ? AND seq BETWEEN ? AND ?{only_v1} ORDER BY seq",
+            f"SELECT seq, blob, v1 FROM ops WHERE oid = ? AND seq BETWEEN ? AND ? AND length(blob) > 0{only_v1}"
+            " ORDER BY seq",  # a retracted message's op is gone, as a purged one (``project.settle_retraction``)
             (oid, self.lo, hi),
         ):
             if self.mode == V1_RUN and (seq != last + 1 or not v1):
