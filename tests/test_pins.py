@@ -405,9 +405,12 @@ def test_a_snapshot_carries_the_pins() -> None:
     and refuses what they bar."""
     hub = busy_hub(messages=20)
     hub.pin_role("alice", [hub.node_id])
+    hub.apply([stamped(NewerNode(), hub.clock() - 1, "alice", "forged, backdated")])
+    assert hub.stats()["pin_refused"] == 1
     taker = Replica.open()
     take(taker, Server(hub))
     assert taker.state_digest() == hub.state_digest()
+    assert taker.stats()["pin_refused"] == 1  # stored in bulk, held back as one by one
     assert [p.role for p in taker.role_pins()] == ["alice"]
     with pytest.raises(RolePinned):
         taker.send_message("alice", "bob", "from the new member")
