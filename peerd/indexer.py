@@ -12,6 +12,10 @@ Invariants:
   catch up by themselves before they query; this only keeps their backlog small.
 * A failing step (the store busy or full, or a bug) never ends the loop: it is
   logged once per kind of error, and the next change tries again.
+* After indexing, what retractions dropped is scrubbed from the files (``Replica.scrub_step``:
+  the search index merged whole, the WAL emptied). A checkpoint that a reader keeps from
+  completing is tried again after a backoff (``SCRUB_RETRY_MIN`` doubling to ``SCRUB_RETRY_MAX``), not only
+  on the next change.
 """
 
 from __future__ import annotations
@@ -21,13 +25,24 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from replica import PeerdError, Replica
+from replica import PeerdError, Replica, scrub
 from replica.feed import FeedWaiter
 
 log = logging.getLogger("peerd.indexer")
 
 INDEX_DELAY = 1.0
 INDEX_STEP = 5000
+SCRUB_RETRY_MIN, SCRUB_RETRY_MAX = 0.5, 30.0  # waits between tries of a checkpoint a reader kept from completing
+
+
+async def _scrub(rep: Replica, offload: Callable[..., Awaitable[Any]], hold: asyncio.Event | None) -> str:
+    """Leave no retracted content on disk (``replica.scrub``), one short step per worker-thread call."""
+    state = scrub.MORE
+    while state == scrub.MORE:
+        if hold is not None:
+            await hold.wait()
+        state = await offload(rep.scrub_step)
+    return str(state)
 
 
 async def keep_indexed(rep: Replica, waiter: FeedWaiter, *, delay: float = INDEX_DELAY, step: int = INDEX_STEP,
@@ -38,6 +53,7 @@ async def keep_indexed(rep: Replica, waiter: FeedWaiter, *, delay: float = INDEX
     ``sleep`` and ``offload`` (how the work leaves the loop) are the node's. Each step first waits for
     ``hold`` to be set (a snapshot being taken holds indexing back)."""
     failed: set[str] = set()
+    retry = SCRUB_RETRY_MIN
     while not waiter.closed:
         await sleep(delay)
         mark = waiter.mark
@@ -47,6 +63,11 @@ async def keep_indexed(rep: Replica, waiter: FeedWaiter, *, delay: float = INDEX
                     await hold.wait()
                 if not await offload(rep.catch_up_step, step):
                     break
+            if await _scrub(rep, offload, hold) == scrub.BLOCKED:  # a reader holds the WAL: try again later
+                await sleep(retry)
+                retry = min(retry * 2, SCRUB_RETRY_MAX)
+                continue
+            retry = SCRUB_RETRY_MIN
         except Exception as exc:
             kind = type(exc).__name__
             if kind not in failed:

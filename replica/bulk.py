@@ -25,7 +25,7 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from replica import firstseen, project, registers, routing
+from replica import firstseen, pinstore, project, registers, routing
 from replica.hlc import wall_of
 from replica.ids import receipt_id
 from replica.lww import join_key
@@ -150,6 +150,10 @@ def _project(cur: sqlite3.Cursor, batch: Sequence[tuple[int, Op]], lseqs: Sequen
     for role, at in seen.items():
         firstseen.record(cur, role, at)
     _settle_retracted(cur, by_origin)
+    if by_origin and pinstore.any_pins(cur):  # messages in the name of a pinned role: held back, as one by one
+        for (_oid, op), lseq in zip(batch, lseqs, strict=True):
+            if op.kind == KIND_MSG:
+                project.hold_if_refused(cur, lseq, op)
     receipts: list[Write] = []
     for lseq, op in rest:
         if op.kind == KIND_SET:

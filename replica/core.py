@@ -5,6 +5,8 @@ Invariants:
 * Every change is one signed op written in one transaction together with its
   projections (``_write``); a call that raises has written nothing. An op in the name of a role
   pinned to other nodes is refused there (``RolePinned``), judged as peers judge it.
+* What a retraction dropped leaves the files by ``scrub`` (``replica.scrub``): short steps, the
+  checkpoint never waiting for a reader; the daemon runs the steps a retraction left over.
 * This node's seq and clock come from its newest op, read inside the write
   transaction, so own seqs stay contiguous across processes sharing the file;
   never below the floor a purge of own ops leaves in ``origins`` (``top``, ``hlc``).
@@ -27,11 +29,11 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Self, TypeVar, cast
 
-from replica import firstseen, pins, pinstore, project, routing, store
+from replica import firstseen, pins, pinstore, project, routing, scrub, store
 from replica import hlc as hlcmod
 from replica import identity as idmod
 from replica import ops as opsmod
-from replica.checks import chunks
+from replica.checks import check_count, chunks
 from replica.errors import InvalidArgument, InvalidOp, RolePinned
 from replica.ops import KIND_MSG, KIND_SET, MAX_WRITES_PER_OP, Op
 from replica.store import Store
@@ -73,9 +75,10 @@ def const_body(body: dict[str, Any]) -> BodyMaker:
     return lambda _seq, _hlc: body
 
 
-def _check_pins(cur: Any, kind: str, body: dict[str, Any], me: bytes, stamp: int) -> None:
-    """Refuse, before it is written, an op in the name of a role pinned to other nodes."""
-    bar = pinstore.admits(cur, kind, body, me, stamp)
+def _check_pins(cur: Any, kind: str, body: dict[str, Any], me: bytes, at: tuple[int, int]) -> None:
+    """Refuse, before it is written, an op in the name of a role pinned to other nodes (``at``: its
+    seq and stamp)."""
+    bar = pinstore.admits(cur, kind, body, me, seq=at[0], hlc=at[1])
     if bar is not None:
         raise RolePinned(bar.role, tuple(sorted(bar.nodes)),
                          pins.refusal(bar.role, bar.nodes, pinstore.node_names(cur)))
@@ -191,7 +194,7 @@ class ReplicaCore:
             now = self._wall()  # one reading: a local op arrives when it is created
             stamp = hlcmod.tick(int(last or 0), now)
             body = make_body(seq, stamp)
-            _check_pins(cur, kind, body, self.node_key, stamp)
+            _check_pins(cur, kind, body, self.node_key, (seq, stamp))
             if kind != KIND_MSG:  # message bodies are built from arguments checked by the caller
                 try:
                     opsmod.validate_body(kind, body)
@@ -206,6 +209,36 @@ class ReplicaCore:
             extra = None if after is None else after(cur, op)
         self._notify(lseq)
         return lseq, op, extra
+
+    # -- leaving no retracted content on disk ------------------------------------------
+
+    def scrub_step(self, pages: int = scrub.MERGE_PAGES) -> str:
+        """One step of leaving no retracted content on disk (``replica.scrub``): a bounded merge of
+        the search index (``MORE``), then a checkpoint that empties the WAL without waiting (``DONE``;
+        ``BLOCKED`` while another connection still reads older frames: try again later)."""
+        pages = check_count(pages, "pages", low=1)
+        with self._store.read() as cur:
+            search, wal = scrub.pending(cur)
+        if search is not None:
+            with self._store.write() as cur:
+                scrub.merge_step(cur, search, pages)
+            return scrub.MORE
+        if wal is None:
+            return scrub.DONE
+        with self._store.write() as cur:
+            scrub.clear_wal(cur, wal)
+        if self._store.truncate_wal():
+            return scrub.DONE
+        with self._store.write() as cur:
+            scrub.mark(cur, search=False)
+        return scrub.BLOCKED
+
+    def scrub(self, steps: int | None = None) -> str:
+        """``scrub_step`` until it is done or blocked, or ``steps`` steps were taken; the last state."""
+        taken, state = 0, scrub.MORE
+        while state == scrub.MORE and (steps is None or taken < steps):
+            state, taken = self.scrub_step(), taken + 1
+        return state
 
     def _first_seen(self, role: str, now: int) -> tuple[int, list[list[Any]]]:
         """When ``role`` was first seen in the fleet (``now`` if never), and the write that

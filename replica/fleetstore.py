@@ -25,6 +25,7 @@ import sqlite3
 from typing import Any
 
 from replica import membership as mem
+from replica import scrub
 from replica.codec import pack, unpack
 from replica.errors import Undecodable
 from replica.ops import Op
@@ -179,10 +180,13 @@ def retract_above(cur: sqlite3.Cursor, node: bytes, upto: int) -> int:
     ).fetchall()
     if rows:
         indexed = int(cur.execute("SELECT coalesce((SELECT v FROM meta WHERE k = 'fts_upto'), 0)").fetchone()[0])
+        searched = False
         for lseq, mid, content, sender, channel, _seq, retracted in rows:
             if mid is not None and content is not None and retracted is None and lseq <= indexed:
+                searched = True
                 cur.execute("INSERT INTO message_fts(message_fts, rowid, content, sender, channel)"
                             " VALUES ('delete', ?, ?, ?, ?)", (lseq, content, sender, channel))
+        scrub.mark(cur, search=searched)  # what the rows held leaves the files too
         cur.executemany("DELETE FROM routes WHERE lseq = ?", [(r[0],) for r in rows])
         cur.executemany("DELETE FROM thread_seqs WHERE lseq = ?", [(r[0],) for r in rows])
         # a tombstone of an earlier retraction of the same seq (the removal was undone, then redone)
@@ -193,7 +197,7 @@ def retract_above(cur: sqlite3.Cursor, node: bytes, upto: int) -> int:
 
 
 def backfill(cur: sqlite3.Cursor) -> None:
-    """Schema v12: list every membership op a replica held before ``fleet_ops`` (rekeys were listed;
+    """Schema v13: list every membership op a replica held before ``fleet_ops`` (rekeys were listed;
     admits are found among the ops, whose blob names the kind)."""
     cur.execute("INSERT OR IGNORE INTO fleet_ops(origin, seq, lseq, kind)"
                 " SELECT origin, seq, lseq, 'rekey' FROM fleet_rekeys")

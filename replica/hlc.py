@@ -7,6 +7,8 @@ An HLC value is one int: ``wall_ms << 16 | logical``. Invariants:
 * ``observe`` lets a remote clock move ours forward by at most ``max_drift_ms``
   beyond our wall clock, so one peer with a clock far in the future cannot drag
   every replica's clock along with it (bounded acceptance).
+* ``too_far_ahead`` is the one rule for a peer's op stamped beyond that drift: it is
+  refused, not stored, so the same op is taken once our clock has caught up with it.
 """
 
 from __future__ import annotations
@@ -38,6 +40,16 @@ def observe(last: int, remote: int, wall_ms: int, max_drift_ms: int = DEFAULT_MA
     ceiling = pack(wall_ms + max_drift_ms)
     bounded = min(remote, ceiling)
     return max(last, bounded, pack(wall_ms))
+
+
+def too_far_ahead(stamp: int, wall_ms: int, max_drift_ms: int = DEFAULT_MAX_DRIFT_MS) -> str | None:
+    """Why a peer's op stamped ``stamp`` is refused at wall time ``wall_ms``: its wall clock part is
+    more than ``max_drift_ms`` ahead of ours; None when it is within the drift."""
+    ahead = wall_of(stamp) - wall_ms
+    if ahead <= max_drift_ms:
+        return None
+    return (f"stamped {ahead // 1000} s ahead of this replica's clock; at most {max_drift_ms // 1000} s is "
+            "allowed (it is taken once the clocks agree: check the clock of the machine that wrote it)")
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

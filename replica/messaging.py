@@ -16,7 +16,9 @@ Invariants:
   that arrives late is never skipped; a time is first turned into such a
   position (the last op that arrived at or before it).
 * A retracted message has no content, leaves every inbox and search, and is
-  shown as retracted by ``get_message``, ``list_messages`` and ``message_status``.
+  shown as retracted by ``get_message``, ``list_messages`` and ``message_status``;
+  its text then leaves the files (``ReplicaCore.scrub``, ``replica.scrub``): a retraction made
+  here scrubs at once, for at most ``SCRUB_INLINE_STEPS`` short steps.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ from replica.models import (
 )
 from replica.names import name_key
 from replica.ops import KIND_MSG, KIND_RETRACT, MAX_SESSION_DAY
+
+SCRUB_INLINE_STEPS = 4  # a retraction scrubs a small replica at once; a large one's index is merged after
 
 _KNOWN_ROLES = "known_roles"  # a remembered read (``ReplicaCore._remembered``): every known role key
 _UNREAD = tuple(inbox_sql(src, unread_only=True, order="ASC") for src in INBOX_SOURCES)
@@ -388,6 +392,7 @@ class Messaging(ReplicaCore):
             raise InvalidArgument(f"only the sender role {msg.sender!r} may delete message {mid}, not {role!r}")
         if msg.retracted is None:
             self._write(KIND_RETRACT, const_body({"m": mid, "f": role}))
+            self.scrub(SCRUB_INLINE_STEPS)  # the rest, if any, is the daemon's (``peerd.indexer``)
         return self.get_message(mid)
 
     def receipt_count(self, message_id: str) -> int:

@@ -20,10 +20,9 @@ from replica.ops import (
     OP_LEVEL,
     known_writes,
     level_of,
-    message_id,
     read_stored,
 )
-from replica.project import _file_routes, _fts_upto, materialize, message_columns
+from replica.project import _file_routes, _fts_upto, fill_message_columns, materialize, message_columns
 from replica.registers import put_register
 
 
@@ -32,18 +31,14 @@ def upgrade_held(cur: sqlite3.Cursor) -> int:
     apply, in arrival order, what this release knows of each (projections are idempotent, so what
     was applied then is not applied twice), and clear the mark of those it now understands in full.
     Returns how many were applied."""
-    rows = cur.execute("SELECT lseq, blob, id FROM ops WHERE newer IS NOT NULL AND newer < ? ORDER BY lseq",
-                       (OP_LEVEL,)).fetchall()
+    rows = cur.execute("SELECT lseq, blob, id FROM ops WHERE newer IS NOT NULL AND newer < ? AND length(blob) > 0"
+                       " ORDER BY lseq", (OP_LEVEL,)).fetchall()
     applied = 0
     for lseq, blob, mid in rows:
         op = read_stored(bytes(blob))
         if op.kind in KNOWN_KINDS:
             if op.kind == KIND_MSG and mid is None:  # stored as a kind unknown then: its columns are new
-                b = op.body
-                cur.execute("UPDATE ops SET id = ?, sender = ?, sender_inst = ?, channel = ?, to_inst = ?,"
-                            " thread = ?, content = ?, skey = ?, sikey = ?, ckey = ?, tkey = ?, sday = ?, tenant = ?"
-                            " WHERE lseq = ?", (message_id(op.origin, op.seq), b["f"], b["fi"], b["c"], b["ti"],
-                                                b["t"], b["x"], *message_columns(b, op.hlc), lseq))
+                fill_message_columns(cur, lseq, op)
             materialize(cur, lseq, op)
             applied += 1
         cur.execute("UPDATE ops SET newer = ?, v1 = ? WHERE lseq = ?", (level_of(op), op.v1, lseq))

@@ -50,9 +50,9 @@ from replica.errors import InvalidOp, Undecodable
 
 VERSION = 1  # the op format (header layout); new features are new kinds or fields, never a new format
 # What this release understands: 1 = the first release's kinds and fields, 2 = 0.2.0's (with ``ret``),
-# 3 = with ``pin``, the ``lease.*`` kinds and acknowledgements. An op held by a lower level is applied
-# on upgrade (``migrate.upgrade_held``).
-OP_LEVEL = 3
+# 3 = with ``pin``, the ``lease.*`` kinds and acknowledgements, 4 = a pin's cuts (``c``). An op held by
+# a lower level is applied on upgrade (``migrate.upgrade_held``).
+OP_LEVEL = 4
 MAX_KIND_CHARS = 32  # an op kind this release does not know is still stored when its name is sane
 MAX_CONTENT_BYTES = 900_000  # VantagePeers' limit: 900,000 bytes of UTF-8
 MAX_OP_BYTES = 1024 * 1024  # a message of MAX_CONTENT_BYTES plus its header, names and signature
@@ -360,7 +360,7 @@ _CHECKS: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     KIND_MSG: _check_msg, KIND_SET: _check_set, KIND_RETRACT: _check_retract,
     **{kind: _exact(check, membership.BODY_KEYS[kind]) for kind, check in membership.CHECKS.items()},
     **{kind: _exact(check, retention.BODY_KEYS[kind]) for kind, check in retention.CHECKS.items()},
-    **{kind: _exact(check, pins.BODY_KEYS) for kind, check in pins.CHECKS.items()},
+    **pins.CHECKS,  # a pin's own check knows its optional cuts
     **{kind: _exact(check, leases.BODY_KEYS[kind]) for kind, check in leases.CHECKS.items()},
 }
 

@@ -12,10 +12,11 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from replica import fleetstore, pins, pinstore
 from replica.checks import required_name
-from replica.core import ReplicaCore, const_body
+from replica.core import ReplicaCore
 from replica.errors import InvalidArgument, NotFound
 from replica.hlc import to_iso
 from replica.models import NodeRef, RolePin, RoleSender, RoleSenders
@@ -66,7 +67,18 @@ class Pinning(ReplicaCore):
         if removed:
             raise InvalidArgument("this node was removed from the fleet: members refuse its ops, so it cannot "
                                   "pin roles")
-        _lseq, op = self._write(pins.KIND_PIN, const_body(pins.pin_body(role, nodes)))
+        held: dict[str, dict[bytes, int]] = {}
+
+        def cuts(cur: Any) -> None:  # the vector inside the write: every op held before the pin is before it
+            held["v"] = {bytes(r[0]): int(r[1]) for r in cur.execute(
+                "SELECT node, CASE WHEN oid = ? THEN max(contig, (SELECT coalesce(max(seq), 0) FROM ops"
+                " WHERE ops.oid = origins.oid)) ELSE contig END FROM origins", (self._self_oid,))}
+
+        try:
+            _lseq, op, _ = self._write_then(pins.KIND_PIN, lambda _seq, _hlc: pins.pin_body(role, nodes, held["v"]),
+                                            None, cuts)
+        except ValueError as exc:
+            raise InvalidArgument(str(exc)) from None
         with self._store.read() as cur:
             names = pinstore.node_names(cur)
         return _view(pins.from_body(op.body, op.hlc, op.origin), names)

@@ -1,13 +1,17 @@
 """SQL of role pins and of which node sent what: projecting ``pin`` ops, judging an op against
-them, counting refusals, and the senders of each role.
+them, the ops they hold back, counting refusals, and the senders of each role.
 
 Invariants:
-* ``role_pins`` holds one row per pin op held (``pins.Pin``), keyed by the role's name key; the
-  rules over them are ``replica.pins`` (pure). A pin op projects exactly its row: storing it twice,
-  or in any order, leaves the same rows.
+* ``role_pins`` holds one row per pin op held (``pins.Pin``, with its cuts; NULL for a pin op
+  written without them), keyed by the role's name key; the rules over them are ``replica.pins``
+  (pure). A pin op projects exactly its row: storing it twice, or in any order, leaves the same rows.
 * ``admits`` is the one judge of an op in a role's name (local writes and ops from peers alike).
-* Refusals of ops from peers are counted in ``meta`` (``pin_refused``, with the last one refused),
-  in the transaction that refused them, so every process on the file and every restart sees them.
+* ``pin_held`` lists the stored ops (by lseq) the pins held here refuse: their rows carry no message
+  columns and they are applied nowhere, so every replica holding the same ops shows the same.
+  ``project.rejudge_role`` keeps it equal to the verdict of the role's pins.
+* Refusals are counted in ``meta`` (``pin_refused``: each time an op is held back, with the last
+  one), in the transaction that refused it, so every process on the file and
+  every restart sees them.
 * The sending node of a message is its op's origin (``ops.oid`` -> ``origins.node``), named by the
   membership (``fleet_admits``); ``mailbox.NODE_COLUMNS`` is that lookup, written once, for every view.
 """
@@ -27,27 +31,42 @@ REFUSED_META = "pin_refused"
 LAST_REFUSED_META = "pin_refused_last"
 
 
-def project(cur: sqlite3.Cursor, op: Op) -> None:
-    """The row of a newly stored pin op."""
+def project(cur: sqlite3.Cursor, op: Op) -> str:
+    """The row of a newly stored pin op (its cuts filled in, should a release before cuts have
+    projected it without them); returns the role's name key."""
     b = op.body
-    cur.execute("INSERT OR IGNORE INTO role_pins(rkey, hlc, origin, role, nodes) VALUES (?, ?, ?, ?, ?)",
-                (name_key(b["r"]), op.hlc, op.origin, b["r"], pack(sorted(b["n"]))))
+    cuts = pins.cuts_of(b)
+    rkey = name_key(b["r"])
+    cur.execute("INSERT INTO role_pins(rkey, hlc, origin, role, nodes, cuts) VALUES (?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT(rkey, hlc, origin) DO UPDATE SET cuts = excluded.cuts",
+                (rkey, op.hlc, op.origin, b["r"], pack(sorted(b["n"])),
+                 None if cuts is None else pack(sorted([k, s] for k, s in cuts.items()))))
+    return rkey
+
+
+_COLUMNS = "role, hlc, origin, nodes, cuts"
 
 
 def _pin(row: Any) -> pins.Pin:
-    return pins.Pin(str(row[0]), frozenset(bytes(n) for n in unpack(bytes(row[3]))), int(row[1]), bytes(row[2]))
+    cuts = None if row[4] is None else {bytes(k): int(s) for k, s in unpack(bytes(row[4]))}
+    return pins.Pin(str(row[0]), frozenset(bytes(n) for n in unpack(bytes(row[3]))), int(row[1]), bytes(row[2]),
+                    cuts)
+
+
+def pins_by_key(cur: sqlite3.Cursor, rkey: str) -> list[pins.Pin]:
+    """Every pin op held for the role of name key ``rkey``."""
+    return [_pin(r) for r in cur.execute(f"SELECT {_COLUMNS} FROM role_pins WHERE rkey = ?", (rkey,))]
 
 
 def pins_of(cur: sqlite3.Cursor, role: str) -> list[pins.Pin]:
     """Every pin op held for ``role`` (by its name key)."""
-    return [_pin(r) for r in cur.execute("SELECT role, hlc, origin, nodes FROM role_pins WHERE rkey = ?",
-                                         (name_key(role),))]
+    return pins_by_key(cur, name_key(role))
 
 
 def in_force(cur: sqlite3.Cursor) -> list[pins.Pin]:
     """The pin in force for each role that has one (unpins included), by role key."""
     by_role: dict[str, list[pins.Pin]] = {}
-    for r in cur.execute("SELECT rkey, role, hlc, origin, nodes FROM role_pins"):
+    for r in cur.execute(f"SELECT rkey, {_COLUMNS} FROM role_pins"):
         by_role.setdefault(str(r[0]), []).append(_pin(r[1:]))
     return [w for key in sorted(by_role) if (w := pins.winner(by_role[key])) is not None]
 
@@ -56,22 +75,39 @@ def any_pins(cur: sqlite3.Cursor) -> bool:
     return cur.execute("SELECT 1 FROM role_pins LIMIT 1").fetchone() is not None
 
 
-def admits(cur: sqlite3.Cursor, kind: str, body: dict[str, Any], origin: bytes, hlc: int) -> pins.Pin | None:
-    """None when the pins held here let ``origin`` write this op at ``hlc``; else the pin that bars it."""
+def admits(cur: sqlite3.Cursor, kind: str, body: dict[str, Any], origin: bytes, *, seq: int,
+           hlc: int) -> pins.Pin | None:
+    """None when the pins held here let ``origin`` write this op (its ``seq``, stamped ``hlc``); else
+    the pin that bars it."""
     role = pins.binds(kind, body)
     if role is None:
         return None
     held = pins_of(cur, role)
-    if not held or pins.allows(held, origin, hlc):
+    if not held or pins.allows(held, origin, seq, hlc):
         return None
-    return pins.binding_at(held, hlc)
+    return pins.binding(held, origin, seq, hlc)
 
 
-def count_refused(cur: sqlite3.Cursor, op: Op, role: str) -> None:
-    """Count an op refused for a pin, and remember it as the last one."""
-    cur.execute("INSERT INTO meta(k, v) VALUES (?, 1) ON CONFLICT(k) DO UPDATE SET v = v + 1", (REFUSED_META,))
-    cur.execute("INSERT INTO meta(k, v) VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v",
-                (LAST_REFUSED_META, pack([role, op.origin, op.seq, op.hlc])))
+def hold(cur: sqlite3.Cursor, lseq: int, rkey: str, op: Op) -> None:
+    """File a stored op as held back by the pins of ``rkey``; count it (once) as refused."""
+    cur.execute("INSERT OR IGNORE INTO pin_held(lseq, rkey) VALUES (?, ?)", (lseq, rkey))
+    if cur.rowcount == 1:
+        cur.execute("INSERT INTO meta(k, v) VALUES (?, 1) ON CONFLICT(k) DO UPDATE SET v = v + 1", (REFUSED_META,))
+        cur.execute("INSERT INTO meta(k, v) VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v",
+                    (LAST_REFUSED_META, pack([str(op.body["f"]), op.origin, op.seq, op.hlc])))
+
+
+def release(cur: sqlite3.Cursor, lseq: int) -> None:
+    cur.execute("DELETE FROM pin_held WHERE lseq = ?", (lseq,))
+
+
+def held_back(cur: sqlite3.Cursor, rkey: str) -> list[int]:
+    """The lseqs of the ops the pins of ``rkey`` hold back here."""
+    return [int(r[0]) for r in cur.execute("SELECT lseq FROM pin_held WHERE rkey = ? ORDER BY lseq", (rkey,))]
+
+
+def is_held(cur: sqlite3.Cursor, lseq: int) -> bool:
+    return cur.execute("SELECT 1 FROM pin_held WHERE lseq = ?", (lseq,)).fetchone() is not None
 
 
 def refused(cur: sqlite3.Cursor) -> int:

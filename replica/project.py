@@ -23,7 +23,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from replica import firstseen, fleetstore, leases, leasestore, membership, pins, pinstore, retention, routing
+from replica import firstseen, fleetstore, leases, leasestore, membership, pins, pinstore, retention, routing, scrub
 from replica.hlc import wall_of
 from replica.names import name_key
 from replica.ops import (
@@ -35,6 +35,7 @@ from replica.ops import (
     level_of,
     message_id,
     parse_message_id,
+    read_stored,
 )
 from replica.registers import LWW_UPSERT, put_register
 from replica.stamps import session_day
@@ -87,16 +88,14 @@ _NUMBER_IN_THREAD = (
 def materialize(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
     """Project a newly stored op (its message columns are already in its row)."""
     if op.kind == KIND_MSG:
-        if op.body["t"] is not None:
-            cur.execute(_NUMBER_IN_THREAD, (lseq, op.body["t"]))
-        _file_routes(cur, lseq, op.body["c"], op.body["t"])
-        mid = message_id(op.origin, op.seq)
-        if cur.execute("SELECT 1 FROM retractions WHERE msg_id = ? LIMIT 1", (mid,)).fetchone():
-            settle_retraction(cur, mid)  # its retraction came first
-    elif op.kind == KIND_RETRACT:
-        cur.execute("INSERT OR IGNORE INTO retractions(msg_id, by_key, hlc) VALUES (?, ?, ?)",
-                    (op.body["m"], name_key(op.body["f"]), op.hlc))
-        settle_retraction(cur, op.body["m"])
+        _file_message(cur, lseq, op)
+        for role, at in firstseen.sightings(op):  # what a message shows counts, held back or not
+            firstseen.record(cur, role, at)
+        hold_if_refused(cur, lseq, op)
+        return
+    if op.kind == KIND_RETRACT:
+        if not hold_if_refused(cur, lseq, op):
+            _apply_retraction(cur, op)
     elif op.kind in membership.KINDS:
         fleetstore.project(cur, lseq, op)
         return
@@ -107,7 +106,7 @@ def materialize(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
         cur.execute(LWW_UPSERT, (retention.REGISTER, "", "h", op.body["h"], op.hlc, op.origin))
         return
     elif op.kind == pins.KIND_PIN:  # a role pinned to nodes (``replica.pinstore``)
-        pinstore.project(cur, op)
+        rejudge_role(cur, pinstore.project(cur, op))
         return
     else:
         for write in known_writes(op):
@@ -115,6 +114,103 @@ def materialize(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
                 put_register(cur, write, op.hlc, op.origin)
     for role, at in firstseen.sightings(op):
         firstseen.record(cur, role, at)
+
+
+def _file_message(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
+    """A message's routes and thread number, and its retraction if that came first."""
+    if op.body["t"] is not None:
+        cur.execute(_NUMBER_IN_THREAD, (lseq, op.body["t"]))
+    _file_routes(cur, lseq, op.body["c"], op.body["t"])
+    mid = message_id(op.origin, op.seq)
+    if cur.execute("SELECT 1 FROM retractions WHERE msg_id = ? LIMIT 1", (mid,)).fetchone():
+        settle_retraction(cur, mid)  # its retraction came first
+
+
+def _apply_retraction(cur: sqlite3.Cursor, op: Op) -> None:
+    cur.execute("INSERT OR IGNORE INTO retractions(msg_id, by_key, hlc) VALUES (?, ?, ?)",
+                (op.body["m"], name_key(op.body["f"]), op.hlc))
+    settle_retraction(cur, op.body["m"])
+
+
+# -- ops a role pin holds back (``replica.pins``: the rule; ``replica.pinstore``: the rows) -----------
+
+_HIDE = ("UPDATE ops SET id = NULL, sender = NULL, sender_inst = NULL, channel = NULL, to_inst = NULL,"
+         " thread = NULL, content = NULL, skey = NULL, sikey = NULL, ckey = NULL, tkey = NULL, sday = NULL,"
+         " tenant = NULL, retracted = NULL WHERE lseq = ?")
+
+
+def hold_if_refused(cur: sqlite3.Cursor, lseq: int, op: Op) -> bool:
+    """Hold back a newly stored message or retraction the pins held here refuse; whether it was."""
+    role = pins.binds(op.kind, op.body)
+    if role is None or not pinstore.any_pins(cur):
+        return False
+    if pinstore.admits(cur, op.kind, op.body, op.origin, seq=op.seq, hlc=op.hlc) is None:
+        return False
+    _hold(cur, lseq, op, name_key(role))
+    return True
+
+
+def _hold(cur: sqlite3.Cursor, lseq: int, op: Op, rkey: str) -> None:
+    """Take a stored message out of every view (its row keeps its seq and signed bytes, so it is
+    still counted and relayed), or keep a retraction from taking effect; file it as held back."""
+    if op.kind == KIND_MSG:
+        row = cur.execute("SELECT content, sender, coalesce(channel, thread) FROM ops WHERE lseq = ?",
+                          (lseq,)).fetchone()
+        if row is not None and row[0] is not None and lseq <= _fts_upto(cur):
+            cur.execute("INSERT INTO message_fts(message_fts, rowid, content, sender, channel)"
+                        " VALUES ('delete', ?, ?, ?, ?)", (lseq, *row))
+        cur.execute(_HIDE, (lseq,))
+        cur.execute("DELETE FROM routes WHERE lseq = ?", (lseq,))
+        cur.execute("DELETE FROM thread_seqs WHERE lseq = ?", (lseq,))
+    pinstore.hold(cur, lseq, rkey, op)
+
+
+def _release(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
+    """Apply an op the pins held back and no longer refuse, as if it had just landed."""
+    pinstore.release(cur, lseq)
+    if op.kind == KIND_MSG:
+        fill_message_columns(cur, lseq, op)
+        _file_message(cur, lseq, op)
+        row = cur.execute("SELECT content, sender, coalesce(channel, thread) FROM ops WHERE lseq = ?",
+                          (lseq,)).fetchone()
+        if row[0] is not None and lseq <= _fts_upto(cur):  # past the search index's mark: index it now
+            cur.execute("INSERT INTO message_fts(rowid, content, sender, channel) VALUES (?, ?, ?, ?)", (lseq, *row))
+    else:
+        _apply_retraction(cur, op)
+
+
+def rejudge_role(cur: sqlite3.Cursor, rkey: str) -> None:
+    """After a pin op of the role ``rkey`` landed: hold back every stored message and retraction in
+    its name that its pins now refuse, and release those they no longer refuse. A retraction that
+    took effect stays in effect (the content it dropped is gone)."""
+    held = pinstore.pins_by_key(cur, rkey)
+    for lseq in pinstore.held_back(cur, rkey):
+        op = _stored(cur, lseq)
+        if op is not None and pins.allows(held, op.origin, op.seq, op.hlc):
+            _release(cur, lseq, op)
+    for lseq, node, seq, hlc in cur.execute(
+        "SELECT m.lseq, o.node, m.seq, m.hlc FROM ops m JOIN origins o ON o.oid = m.oid"
+        " WHERE m.skey = ? AND m.id IS NOT NULL AND m.retracted IS NULL", (rkey,)
+    ).fetchall():
+        if not pins.allows(held, bytes(node), int(seq), int(hlc)):
+            op = _stored(cur, int(lseq))
+            if op is not None:
+                _hold(cur, int(lseq), op, rkey)
+
+
+def _stored(cur: sqlite3.Cursor, lseq: int) -> Op | None:
+    row = cur.execute("SELECT blob FROM ops WHERE lseq = ? AND length(blob) > 0", (lseq,)).fetchone()
+    return None if row is None else read_stored(bytes(row[0]))
+
+
+def fill_message_columns(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
+    """A message row's columns, from its op (a row stored without them: held back, or of a kind
+    unknown to the release that stored it)."""
+    b = op.body
+    cur.execute("UPDATE ops SET id = ?, sender = ?, sender_inst = ?, channel = ?, to_inst = ?, thread = ?,"
+                " content = ?, skey = ?, sikey = ?, ckey = ?, tkey = ?, sday = ?, tenant = ? WHERE lseq = ?",
+                (message_id(op.origin, op.seq), b["f"], b["fi"], b["c"], b["ti"], b["t"], b["x"],
+                 *message_columns(b, op.hlc), lseq))
 
 
 def _file_routes(cur: sqlite3.Cursor, lseq: int, channel: str | None, thread: str | None) -> None:
@@ -148,10 +244,13 @@ def settle_retraction(cur: sqlite3.Cursor, mid: str) -> None:
     first = cur.execute("SELECT min(hlc) FROM retractions WHERE msg_id = ? AND by_key = ?", (mid, skey)).fetchone()[0]
     if first is None or (retracted is not None and retracted <= first) or channel is None:
         return
-    if content is not None and lseq <= _fts_upto(cur):  # contentless FTS5 deletes by the indexed values
+    searched = content is not None and lseq <= _fts_upto(cur)
+    if searched:  # contentless FTS5 deletes by the indexed values
         cur.execute("INSERT INTO message_fts(message_fts, rowid, content, sender, channel)"
                     " VALUES ('delete', ?, ?, ?, ?)", (lseq, content, sender, channel))
-    cur.execute("UPDATE ops SET content = NULL, retracted = ? WHERE lseq = ?", (first, lseq))
+    # The signed bytes hold the content too: they go, and the seq counts as held, as a purged op's.
+    cur.execute("UPDATE ops SET content = NULL, blob = x'', retracted = ? WHERE lseq = ?", (first, lseq))
+    scrub.mark(cur, search=searched)
 
 
 def _fts_upto(cur: sqlite3.Cursor) -> int:

@@ -215,7 +215,17 @@ SCHEMA_ACKS = """
 ALTER TABLE receipts ADD COLUMN acked INTEGER;
 """
 
-# v12: membership as a set (``replica.fleetstore``): every admit and rekey op held, whatever its fate
+# v12: a pin's cuts (``replica.pins``; NULL for a pin op written without them, judged by its stamp) and
+# the ops a pin holds back (``pin_held``: a message or retraction in a pinned role's name, stored, counted
+# and relayed, not applied while the pins held here refuse it; ``project.rejudge_role``). Pin ops a release
+# before cuts held are projected again by ``migrate.upgrade_held`` (op level 4).
+SCHEMA_PIN_CUTS = """
+ALTER TABLE role_pins ADD COLUMN cuts BLOB;
+CREATE TABLE pin_held(lseq INTEGER PRIMARY KEY, rkey TEXT NOT NULL);
+CREATE INDEX pin_held_by_role ON pin_held(rkey);
+"""
+
+# v13: membership as a set (``replica.fleetstore``): every admit and rekey op held, whatever its fate
 # (``fleet_rekeys`` is folded in, and the admits found among the ops: ``fleetstore.backfill``), and
 # the nodes let in on a closed replica.
 SCHEMA_MEMBERS = """
@@ -226,8 +236,8 @@ CREATE TABLE fleet_members(node BLOB PRIMARY KEY) WITHOUT ROWID;
 
 MIGRATIONS: tuple[str, ...] = (
     SCHEMA_V1, SCHEMA_V2, SCHEMA_THREAD_SEQS, SCHEMA_FIRST_SEEN, SCHEMA_KEYS, SCHEMA_FLEET, SCHEMA_NEWER_OPS,
-    SCHEMA_RETENTION, SCHEMA_PINS, SCHEMA_LEASES, SCHEMA_ACKS, SCHEMA_MEMBERS,
+    SCHEMA_RETENTION, SCHEMA_PINS, SCHEMA_LEASES, SCHEMA_ACKS, SCHEMA_PIN_CUTS, SCHEMA_MEMBERS,
 )
 LATEST = len(MIGRATIONS)
-MEMBERS = 12  # the version from which every membership op is listed (older files are backfilled)
+MEMBERS = 13  # the version from which every membership op is listed (older files are backfilled)
 KEYED = 5  # the version from which rows carry name keys (older files are rebuilt on upgrade)

@@ -11,6 +11,8 @@ Invariants:
 * A retracted message is never indexed, and retracting an indexed one removes
   its entry (``project.settle_retraction``); search never returns one.
 * Filters match names by key (``names.name_key``).
+* What a retraction dropped leaves the index too: ``ReplicaCore.scrub_step`` merges it whole
+  (``replica.scrub``).
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from replica import ops as opsmod
 from replica.errors import InvalidOp
 from replica.models import ApplyResult
 from replica.ops import KIND_MSG, KIND_SET, Op
-from replica.sync import GONE, PINNED, REFUSED, STORE, Landing, Sync, _advance, _cover, _stranded
+from replica.sync import GONE, REFUSED, STORE, Landing, Sync, _advance, _cover, _stranded
 
 VOUCHED = frozenset({KIND_MSG, KIND_SET})  # kinds a snapshot page stores on its signer's word
 TAKING, CURSOR, UNVERIFIED = "snapshot_taking", "snapshot_cursor", "snapshot_unverified"
@@ -183,7 +183,7 @@ class Snapshots(Sync):
                 end, cut = top, False
                 if row is not None:
                     for seq, blob in cur.execute("SELECT seq, blob FROM ops WHERE oid = ? AND seq BETWEEN ? AND ?"
-                                                 " ORDER BY seq", (row[0], lo, top)):
+                                                 " AND length(blob) > 0 ORDER BY seq", (row[0], lo, top)):
                         if ops and used + len(blob) > budget:
                             end, cut = seq - 1, True
                             break
@@ -252,6 +252,12 @@ class Snapshots(Sync):
         look at the replica (so it can run while the page before is stored). InvalidOp when an op is
         malformed, or lies outside those ranges or out of their order."""
         decoded = [_decode(raw, i, self.node_key) for i, raw in enumerate(raws)]
+        now = self._wall()
+        for i, op in enumerate(decoded):  # as ``Sync.apply``: a stamp past the drift refuses the page
+            try:
+                self._checked(op, now)
+            except InvalidOp as exc:
+                raise InvalidOp(exc.reason, index=i) from None
         _inside(decoded, covered)
         return Prepared(decoded, dict(covered))
 
@@ -301,10 +307,9 @@ class Snapshots(Sync):
             fate, oid = landing.fate(op)
             if fate == REFUSED:
                 refused += 1
-            elif fate in (GONE, PINNED):
+            elif fate == GONE:
                 gone.setdefault(oid, []).append(op.seq)
-                if fate == GONE:
-                    expired.append((oid, op, position))
+                expired.append((oid, op, position))
             elif fate == STORE:
                 held.add((op.origin, op.seq))  # a page naming an op twice stores it once
                 batch.append((oid, op))

@@ -62,6 +62,7 @@ class Store:
         c = self.conn
         c.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         c.execute("PRAGMA auto_vacuum = INCREMENTAL")  # takes on a new file, or at a VACUUM (``replica.purge``)
+        c.execute("PRAGMA secure_delete = ON")  # deleted text is overwritten, never left in a page (``replica.scrub``)
         if self.path != ":memory:":
             self._enable_wal()
         c.execute("PRAGMA synchronous = NORMAL")
@@ -149,6 +150,21 @@ class Store:
         with self.lock:
             self._match_timeout()
             yield self.conn
+
+    def truncate_wal(self) -> bool:
+        """Copy the whole WAL into the main file and cut it to 0 bytes, without waiting for anyone:
+        False when a reader still needs part of it, or a writer holds the file (try again later)."""
+        with self.lock:
+            try:
+                self.conn.execute("PRAGMA busy_timeout = 0")
+                busy, _log, _done = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            except sqlite3.OperationalError:
+                return False
+            except sqlite3.Error as exc:
+                raise StoreError(f"checkpoint failed on {self.path}: {exc}") from None
+            finally:
+                self.conn.execute(f"PRAGMA busy_timeout = {self._timeout_ms}")
+            return int(busy) == 0
 
     def _would_wait(self, exc: sqlite3.Error) -> bool:
         return self._no_wait and getattr(exc, "sqlite_errorcode", 0) & 0xFF in _BUSY

@@ -32,7 +32,6 @@ from replica.core import LAST_OWN, ReplicaCore
 from replica.errors import InvalidOp
 from replica.models import ApplyResult, Page
 from replica.ops import Op
-from replica.pins import KIND_PIN
 
 # An origin's contiguous mark; this node's own row is always contiguous up to its newest op.
 _CONTIG = (
@@ -132,15 +131,24 @@ class Sync(ReplicaCore):
         held = self._held(raws)
         decoded: list[Op] = []
         positions: list[int] = []
+        now = self._wall()
         for i, raw in enumerate(raws):
             if i in held:
                 continue
             try:
-                decoded.append(opsmod.decode(raw))
+                decoded.append(self._checked(opsmod.decode(raw), now))
             except InvalidOp as exc:
                 raise InvalidOp(exc.reason, index=i) from None
             positions.append(i)
         return decoded, positions
+
+    def _checked(self, op: Op, now: int) -> Op:
+        """``op``, unless it is a peer's op stamped beyond the allowed drift (``hlc.too_far_ahead``):
+        then InvalidOp, and nothing of its batch is stored (our own clock is the reference)."""
+        why = None if op.origin == self.node_key else hlcmod.too_far_ahead(op.hlc, now, self._max_drift_ms)
+        if why is not None:
+            raise InvalidOp(why)
+        return op
 
     def _store_all(self, cur: Any, decoded: Sequence[Op], positions: Sequence[int],
                    new_oids: dict[bytes, int]) -> tuple[list[int], list[int], int, bool]:
@@ -175,10 +183,9 @@ class Sync(ReplicaCore):
             fate, oid = landing.fate(op)
             if fate == REFUSED:
                 refused += 1
-            elif fate in (GONE, PINNED):
+            elif fate == GONE:
                 touched.setdefault(oid, []).append(op.seq)
-                if fate == GONE:
-                    gone_ops.setdefault(oid, []).append((op, position))
+                gone_ops.setdefault(oid, []).append((op, position))
             elif fate == STORE:
                 store(op, oid, position)
         for oid, waiting in gone_ops.items():
@@ -228,14 +235,15 @@ class Sync(ReplicaCore):
     def ops_after(self, lseq: int, limit: int = 1000) -> list[tuple[int, bytes]]:
         """Ops that landed here after local position ``lseq``, oldest first."""
         with self._store.read() as cur:
-            rows = cur.execute("SELECT lseq, blob FROM ops WHERE lseq > ? ORDER BY lseq LIMIT ?", (lseq, limit))
+            rows = cur.execute("SELECT lseq, blob FROM ops WHERE lseq > ? AND length(blob) > 0 ORDER BY lseq LIMIT ?",
+                               (lseq, limit))
             return [(int(r[0]), bytes(r[1])) for r in rows]
 
     def local_ops_after(self, lseq: int, limit: int = 1000) -> list[tuple[int, bytes]]:
         """This node's own ops (written by any process on this replica) after ``lseq``."""
         with self._store.read() as cur:
             rows = cur.execute(
-                "SELECT lseq, blob FROM ops WHERE lseq > ? AND oid = ? ORDER BY lseq LIMIT ?",
+                "SELECT lseq, blob FROM ops WHERE lseq > ? AND oid = ? AND length(blob) > 0 ORDER BY lseq LIMIT ?",
                 (lseq, self._self_oid, limit),
             )
             return [(int(r[0]), bytes(r[1])) for r in rows]
@@ -249,12 +257,13 @@ class Sync(ReplicaCore):
 
     def state_digest(self) -> str:
         """A hash of the replicated state (messages, retractions, LWW registers, first-seen times, role
-        pins), not local order. A retracted message counts without its content, as every replica holds it."""
+        pins), not local order. A retracted message counts by its retraction alone: its op is gone, so a
+        replica that never held it holds the same state."""
         h = hashlib.blake2b(digest_size=16)
         with self._store.read() as cur:
             for row in cur.execute(
                 "SELECT id, sender, sender_inst, channel, to_inst, thread, content, hlc, retracted FROM messages"
-                " ORDER BY id"
+                " WHERE retracted IS NULL ORDER BY id"
             ):
                 h.update(pack(list(row)))
             for row in cur.execute("SELECT msg_id, by_key, hlc FROM retractions ORDER BY msg_id, by_key, hlc"):
@@ -299,7 +308,7 @@ class Sync(ReplicaCore):
         kind: stored, counted and relayed; an upgrade applies what they hold."""
         out: dict[str, int] = {}
         with self._store.read() as cur:
-            for (blob,) in cur.execute("SELECT blob FROM ops WHERE newer IS NOT NULL"):
+            for (blob,) in cur.execute("SELECT blob FROM ops WHERE newer IS NOT NULL AND length(blob) > 0"):
                 kind = opsmod.read_stored(bytes(blob)).kind
                 out[kind] = out.get(kind, 0) + 1
         return out
@@ -309,7 +318,7 @@ class Sync(ReplicaCore):
             return str(cur.execute("PRAGMA integrity_check").fetchone()[0])
 
 
-REFUSED, PURGED_HERE, GONE, PINNED, STORE = "refused", "purged here", "gone", "pinned", "store"
+REFUSED, PURGED_HERE, GONE, STORE = "refused", "purged here", "gone", "store"
 
 
 class Landing:
@@ -317,10 +326,9 @@ class Landing:
     ``Sync.apply`` and of snapshot pages, ``replica.snapshot``): ``REFUSED`` (a removed node's op above
     its cutoff: never stored), ``PURGED_HERE`` (at or below its origin's mark yet not held: purged
     here, and sync never brings it back), ``GONE`` (purgeable on arrival: counted in its origin's
-    vector, its first-seen sightings kept, never stored), ``PINNED`` (in the name of a role pinned
-    to other nodes, ``replica.pins``: counted in its origin's vector, so the origin's later ops are
-    not held up behind it, and in the replica's refusals; never stored) or ``STORE``. Origins new to the replica get
-    a row, named in ``new_oids``."""
+    vector, its first-seen sightings kept, never stored) or ``STORE`` (an op in the name of a role
+    pinned to other nodes too: stored and held back by its projection, ``project.hold_if_refused``, so
+    a later pin op can release it). Origins new to the replica get a row, named in ``new_oids``."""
 
     def __init__(self, rep: Sync, cur: Any, new_oids: dict[bytes, int]) -> None:
         self.rep, self.cur, self.new_oids = rep, cur, new_oids
@@ -329,7 +337,6 @@ class Landing:
         kept = purge.setting(cur)
         self.horizon = 0 if kept is None else kept.horizon_ms
         self.contig: dict[int, int] = {}
-        self.pins = pinstore.any_pins(cur)  # without any, no op needs judging against pins
         self.fleet_ops = False  # a membership op was stored since the standing was last read
         self.judge_again()
 
@@ -376,13 +383,9 @@ class Landing:
             for role, at in firstseen.sightings(op):  # what it showed stays, as on a replica that held it
                 firstseen.record(cur, role, at)
             return GONE, oid
-        if self.pins and pinstore.admits(cur, op.kind, op.body, op.origin, op.hlc) is not None:
-            pinstore.count_refused(cur, op, str(op.body["f"]))
-            return PINNED, oid
-        self.pins = self.pins or op.kind == KIND_PIN  # a pin stored earlier in this batch counts
         if op.kind in membership.KINDS:
             self.fleet_ops = True
-        return STORE, oid
+        return STORE, oid  # one in a pinned role's name is stored, held back (``project.hold_if_refused``)
 
 
 class _Scan:
@@ -399,7 +402,8 @@ class _Scan:
         only_v1 = " AND v1 = 1" if self.mode == V1_ALL else ""
         last = self.lo - 1
         for seq, blob, v1 in cur.execute(
-            f"SELECT seq, blob, v1 FROM ops WHERE oid = ? AND seq BETWEEN ? AND ?{only_v1} ORDER BY seq",
+            f"SELECT seq, blob, v1 FROM ops WHERE oid = ? AND seq BETWEEN ? AND ? AND length(blob) > 0{only_v1}"
+            " ORDER BY seq",  # a retracted message's op is gone, as a purged one (``project.settle_retraction``)
             (oid, self.lo, hi),
         ):
             if self.mode == V1_RUN and (seq != last + 1 or not v1):

@@ -33,8 +33,8 @@ def pull(dst: Replica, src: Replica, budget: int = 64 * 1024) -> int:
     applied = 0
     while True:
         page = src.ops_missing(dst.vector(), budget)
-        if page.ops:
-            applied += dst.apply(page.ops).new
+        if page.ops or page.ranges:  # the ranges cover what the source no longer holds (purged, retracted)
+            applied += dst.apply(page.ops, page.ranges).new
         if not page.more:
             return applied
 

@@ -64,7 +64,7 @@ def downgrade(path: Path, version: int) -> None:
 
 
 def undo_members(conn: sqlite3.Connection) -> None:
-    """Take back schema v12 (``SCHEMA_MEMBERS``) on an open file: rekeys listed in ``fleet_rekeys``
+    """Take back schema v13 (``SCHEMA_MEMBERS``) on an open file: rekeys listed in ``fleet_rekeys``
     again, and no list of every membership op nor of the nodes let in."""
     conn.execute("CREATE TABLE fleet_rekeys(origin BLOB NOT NULL, seq INTEGER NOT NULL, lseq INTEGER NOT NULL,"
                  " PRIMARY KEY(origin, seq)) WITHOUT ROWID")

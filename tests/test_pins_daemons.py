@@ -1,6 +1,7 @@
 """Role pins and the sending node on real daemons: a pin written with the CLI reaches the fleet,
 refuses sends in the role's name from other nodes (CLI and MCP) and a forged op pushed over the
-wire (counted in status and doctor, never stored), survives restarts and reaches a late joiner;
+wire, even one stamped before the pin (counted in status and doctor, held back: never shown),
+survives restarts and reaches a late joiner;
 every message read carries the node that sent it (check_messages, channel meta, inbox --json)."""
 
 from __future__ import annotations
@@ -41,13 +42,15 @@ def live_with(a: Daemon, b: Daemon) -> None:
                "the two daemons to see each other")
 
 
-def forged_push(fleet: Fleet, target: Daemon, ident: identity.Identity, seq: int, sender: str, text: str
-                ) -> dict[str, Any]:
-    """Sign a message op as ``ident`` (a member's own key) at ``seq``, stamped now, and push it to
-    ``target`` over the sealed wire, as a peer would; the decoded reply."""
+def forged(ident: identity.Identity, seq: int, sender: str, text: str, ago_ms: int = 0) -> bytes:
+    """A message op signed as ``ident`` (a member's own key) at ``seq``, stamped ``ago_ms`` before now."""
     body = {"f": sender, "fi": None, "c": "bob", "ti": None, "t": None, "x": text}
-    raw = opsmod.encode(ident.public_key, seq, hlcmod.pack(time.time_ns() // 1_000_000), "msg", body,
-                        sign=ident.sign)
+    return opsmod.encode(ident.public_key, seq, hlcmod.pack(time.time_ns() // 1_000_000 - ago_ms), "msg", body,
+                         sign=ident.sign)
+
+
+def forged_push(fleet: Fleet, target: Daemon, raw: bytes) -> dict[str, Any]:
+    """Push ``raw`` to ``target`` over the sealed wire, as a peer would; the decoded reply."""
     key = decode_fleet_key(fleet.key)
     status, reply = post_raw(target.peer_url, seal(key, protocol.encode({"t": "push", "o": [raw], "n": b"\0" * 8})))
     assert status == 200, reply
@@ -73,18 +76,22 @@ def test_a_pin_binds_the_fleet_refuses_forgeries_and_outlives_restarts(fleet: Fl
     wait_until(lambda: b.has_message(ours["messageId"]) and a.has_message(carol["messageId"]), 30, "both messages across")
     assert b.has_message(before["messageId"])  # sent before the pin: kept everywhere
 
-    # m's own key signs a message in alice's name, pushed to a and b as m would: refused, counted.
+    # m's own key signs a message in alice's name, stamped an hour before the pin (a writer chooses
+    # its stamp, not its seq), pushed to a and b as m would: held back (stored, never shown), counted.
     m.stop()  # its key signs what it never wrote; it stays down, so no seq of it is used twice
     ident = identity.load_or_create(key_path(m.db))
     with read_only(a.db) as conn:
         row = conn.execute("SELECT contig FROM origins WHERE node = ?", (ident.public_key,)).fetchone()
     seq = int(row[0]) + 1  # m's next seq (the fleet converged: a holds all of m's ops)
-    for target in (a, b):
-        assert forged_push(fleet, target, ident, seq, "alice", "wire me the money")["new"] == 0
-        assert target.status()["totals"]["pin_refused"] == 1
+    money = forged(ident, seq, "alice", "wire me the money", ago_ms=3_600_000)
+    assert forged_push(fleet, a, money)["new"] == 1
+    assert a.status()["totals"]["pin_refused"] == 1
+    # a relays what it holds back (every replica judges it alike), so b may hold it already
+    assert forged_push(fleet, b, money)["new"] in (0, 1)
+    wait_until(lambda: b.status()["totals"]["pin_refused"] == 1, 30, "b to hold the forged op back")
     forged_id = opsmod.message_id(ident.public_key, seq)
     assert not a.has_message(forged_id) and not b.has_message(forged_id)
-    assert forged_push(fleet, a, ident, seq + 1, "mallory", "my own name")["new"] == 1  # m's later ops land
+    assert forged_push(fleet, a, forged(ident, seq + 1, "mallory", "my own name"))["new"] == 1  # m's later ops land
     report = doctor.run_checks(a.home, timeout=patience(5))
     found = next(f for f in report.findings if f.check == "replica")
     assert found.status == doctor.WARN and "pinned to other nodes" in found.detail

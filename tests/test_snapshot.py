@@ -53,7 +53,7 @@ def content(rep: Replica, mid: str) -> str | None:
 
 
 def fixed_wall() -> int:
-    return 1_790_000_000_000
+    return 4_000_000_000_000  # past every stamp the tests make (a stamp past the allowed drift is refused)
 
 
 # -- the point and its pages --------------------------------------------------------------------
