@@ -44,8 +44,8 @@ from replica.errors import PeerdError
 OUTBOX_LIMIT = 5000
 ROUND_PEERS = 2  # random live peers a tick starts rounds with (besides new and retried ones)
 LOG_TEXT_MAX = 300  # characters of a peer's words (an error it sent, a kind it named) that a log line quotes
-COUNTERS = ("rounds", "pushed_ops", "pulled_ops", "refused", "forwarded_ops", "exchange_failures", "peer_errors",
-            "internal_errors", "expired_peers")
+COUNTERS = ("rounds", "pushed_ops", "pulled_ops", "refused", "barred_ops", "forwarded_ops", "exchange_failures",
+            "peer_errors", "internal_errors", "expired_peers")
 
 
 def clip(text: str, limit: int = LOG_TEXT_MAX) -> str:
@@ -315,6 +315,7 @@ class NodeCore:
         """Do what answering a request asked of this node: learn peers, wake up for new ops, pass a
         fresh push on to everyone but its sender (``protocol.forwarded``)."""
         cmds = self.learnt(out.learnt, now)
+        self.counters["barred_ops"] += out.barred  # a removed node's, or one nobody let in (replica.membership)
         if out.new:
             self.schedule.busy()
             cmds.append(Wake())  # others may lack it too: a round soon repairs whatever the flood missed

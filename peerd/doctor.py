@@ -288,6 +288,11 @@ def membership_findings(status: dict[str, Any] | None) -> list[Finding]:
         out.append(Finding("fleet", FAIL, str(status.get("fleet_id", "")), "this node was removed from the "
                            "fleet: members refuse its new ops and its key opens nothing any more",
                            "join again with a fresh home: peerd join --lan --home NEW_FOLDER"))
+    elif (status.get("fleet") or {}).get("admitted_here") is False:
+        out.append(Finding("fleet", FAIL, str(status.get("fleet_id", "")), "no member has let this node in: it "
+                           "holds the fleet key, but every member refuses its messages",
+                           f"on a member: peerd admit {status.get('node_id', 'NODE_ID')} --name NAME "
+                           "(or join with peerd join, which asks a member)"))
     if status.get("join_requests"):
         out.append(Finding("fleet", WARN, "", f"{status['join_requests']} join request(s) wait for approval here",
                            "peerd requests, then peerd approve CODE (or peerd reject CODE)"))

@@ -44,7 +44,10 @@ class Following(NodeBase):
         assert mine.view is not None
         ring = keyring.derive(self.cfg.fleet_key, self.cfg.previous_fleet_keys, mine.opened, mine.current,
                               epoch=mine.epoch, removed=mine.removed)
-        self.core.set_removed(frozenset(protocol.short(k) for k in mine.view.standing.removed))
+        st = mine.view.standing
+        self.core.set_removed(frozenset(protocol.short(k) for k in st.removed))
+        self.admitted_here = st.counts(self.rep.node_key)
+        self.conflicts = sorted(k.hex() for k in st.conflicts)
         if ring != self.keys:
             await self._switch(ring)
         await self._mend(mine.view)

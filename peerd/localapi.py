@@ -53,6 +53,7 @@ async def status(node: Node, info: dict[str, Any]) -> dict[str, Any]:
         **info,
         "fleet_id": node.keys.fleet_id,
         "fleet": {"epoch": node.keys.epoch, "removed_here": node.keys.removed,
+                  "admitted_here": node.admitted_here, "conflicts": node.conflicts,
                   "previous_fleet_ids": list(node.keys.previous_ids)},
         "other_fleets": node.others.report(time.time()),
         "join_requests": len(node.pairing.requests()),

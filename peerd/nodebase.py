@@ -84,6 +84,8 @@ class NodeBase:
         self._keys_lock = asyncio.Lock()
         self._told_old_key: set[str] = set()
         self._mend_due: float | None = None  # when this member's turn to mend the fleet key comes
+        self.admitted_here = True  # a member let this node in (or its replica is open): its ops count
+        self.conflicts: list[str] = []  # nodes removed by conflicting removals (hex ids)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._transient: set[asyncio.Task[Any]] = set()
         self._wake = asyncio.Event()

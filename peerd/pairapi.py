@@ -75,7 +75,8 @@ def fleet_report(node: Node, view: FleetView) -> dict[str, Any]:
         "fleet_id": node.keys.fleet_id, "epoch": node.keys.epoch, "removed_here": node.keys.removed,
         "previous_fleet_ids": list(node.keys.previous_ids),
         "nodes": [{"node_id": k.hex(), "name": names.get(k), "me": k == node.rep.node_key,
-                   "removed": k in st.removed, "upto": st.removed.get(k)} for k in everyone],
+                   "admitted": st.counts(k), "removed": k in st.removed, "upto": st.removed.get(k),
+                   "conflict": k in st.conflicts} for k in everyone],
     }
 
 

@@ -170,6 +170,12 @@ def fleet_lines(d: dict[str, Any]) -> list[str]:
     if fleet.get("removed_here"):
         lines.append("REMOVED this node was removed from the fleet and no longer syncs; to take part again, "
                      "join with a fresh --home (peerd join --lan)")
+    elif fleet.get("admitted_here") is False:
+        lines.append(f"NOT IN  no member has let this node in yet, so the fleet refuses its messages; on a member: "
+                     f"peerd admit {d.get('node_id', 'NODE_ID')} (or join with peerd join)")
+    if fleet.get("conflicts"):
+        lines.append(f"fleet   {len(fleet['conflicts'])} node(s) removed by removals that conflicted (each removed "
+                     "the other): see docs/security.md, conflicting removals")
     if d.get("join_requests"):
         lines.append(f"joins   {d['join_requests']} request(s) waiting for approval: see peerd requests")
     for other in d.get("other_fleets") or []:

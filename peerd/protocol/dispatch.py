@@ -83,6 +83,7 @@ class Here:
 class Outcome:
     reply: Msg
     new: int = 0  # ops a push brought that were new here
+    barred: int = 0  # ops a push brought that the membership bars here (not stored)
     forward: list[bytes] = field(default_factory=list)  # ops to push on, to anyone but the sender
     learnt: Learnt = field(default_factory=Learnt)
 
@@ -98,7 +99,7 @@ def dispatch(rep: SyncReplica, req: Request, here: Here) -> Outcome:
         out = Outcome(peers_message(here.name, here.peers), learnt=learn(req.msg))
     elif req.kind == PUSH:
         reply, result = handle_push(rep, req.msg)
-        out = Outcome(reply, new=result.new, forward=forwarded(req.msg, result))
+        out = Outcome(reply, new=result.new, barred=result.refused, forward=forwarded(req.msg, result))
     else:
         out = Outcome(serve(rep, req.msg, here.budget))
     sign_reply(out.reply, me=here.me, kind=req.kind, clock_ms=here.clock_ms)
