@@ -8,6 +8,7 @@ import logging
 import pytest
 
 from peerd.config import fleet_id, new_fleet_key
+from peerd.following import MEND_STAGGER
 from replica import Replica
 from tests.memfleet import QUIET, MemFleet
 
@@ -98,3 +99,36 @@ async def test_the_winner_re_rotates_when_its_rotation_missed_a_member(memfleet:
     winner = a.rep.fleet_view().standing.winner
     assert winner is not None and late.node_key in winner.entries
     late.close()
+
+
+async def test_removals_that_conflict_leave_both_out_and_the_next_member_mends_the_key(memfleet: MemFleet) -> None:
+    """a removes x while x, cut off, removes a and writes on: once the fleet is whole again both are out
+    everywhere, x's later message reaches no one, and the members left move to a key neither holds.
+    The first member in turn to mend it is away: the next one mends after its wait."""
+    await memfleet.mesh("abcx")
+    for name in "abcx":
+        memfleet[name].rep.send_message(name, "team", f"hello from {name}")
+    await memfleet.until(lambda: all(len(memfleet.contents(n)) == 4 for n in "abcx"), 30)
+    a, b, c, x = (memfleet[n] for n in "abcx")
+    first, second = sorted((b, c), key=lambda n: n.rep.node_key)
+    memfleet.cut(["a", "b", "c"], ["x"])
+    mine, theirs = new_fleet_key(), new_fleet_key()
+    a.rep.remove_node(x.rep.node_key, mine, fleet_id(mine))
+    x.rep.remove_node(a.rep.node_key, theirs, fleet_id(theirs))
+    x.rep.send_message("x", "team", "x after the theft")
+    await a.refresh_keys()
+    await x.refresh_keys()
+    await memfleet.until(lambda: b.keys.current == c.keys.current == mine, 30)
+    await memfleet.stop(first.cfg.name)
+    memfleet.heal()
+    await memfleet.until(lambda: a.rep.node_key in second.rep.removed(), 60)
+    assert set(second.rep.removed()) == {a.rep.node_key, x.rep.node_key}
+    await memfleet.advance(MEND_STAGGER / 2)
+    assert second.keys.current == mine  # not its turn yet: a's key, which a holds, is still in use
+    await memfleet.advance(MEND_STAGGER / 2 + 5)  # the first in turn is away: the next one's turn comes
+    await memfleet.until(lambda: second.keys.current not in (mine, theirs, memfleet.key), 30)
+    back = await memfleet.restart(first.cfg.name)
+    await memfleet.until(lambda: back.keys.current == second.keys.current, 60)
+    assert set(back.rep.removed()) == {a.rep.node_key, x.rep.node_key}
+    for node in (back, second):
+        assert "x after the theft" not in memfleet.contents(node.cfg.name)
