@@ -73,8 +73,11 @@ def cmd_init(args: argparse.Namespace) -> int:
                         fleet_key=key)
     with open_home(_home(args)) as rep:
         node = rep.node_id
-    data = {"home": str(_home(args)), "node_id": node, "name": cfg.name, "fleet_id": cfg.fleet_id}
-    _emit(args, data, lambda d: f"initialised {d['home']}\n  node  {d['node_id']}\n  fleet {d['fleet_id']}")
+        member = rep.fleet_view().standing.counts(rep.node_key)
+    data = {"home": str(_home(args)), "node_id": node, "name": cfg.name, "fleet_id": cfg.fleet_id, "member": member}
+    admit = ("" if member else f"\n  not a member yet: the fleet key alone gives no voice; on a member run "
+             f"peerd admit {node} --name {cfg.name} (or join with peerd join, which asks a member)")
+    _emit(args, data, lambda d: f"initialised {d['home']}\n  node  {d['node_id']}\n  fleet {d['fleet_id']}{admit}")
     return 0
 
 
