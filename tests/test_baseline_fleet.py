@@ -302,3 +302,38 @@ def test_leases_and_acknowledgements_never_reach_the_baseline(fleet: Fleet, base
         kinds = {str(unpackb(unpackb(bytes(blob))[0])[4]) for (blob,) in conn.execute("SELECT blob FROM ops")}
     assert not {k for k in kinds if k.startswith("lease.")} and "msg" in kinds
     assert old.counter("refused") == 0
+
+
+def test_a_fleet_of_the_baseline_upgraded_one_machine_at_a_time_keeps_every_member(fleet: Fleet,
+                                                                                     baseline_peerd: Path) -> None:
+    """Two baseline machines that share the fleet key and only ever admitted themselves (all 0.1.0
+    knew): upgraded one at a time, each upgraded machine keeps the other as a member (its mail is
+    taken, both ways, at every step), and neither says it is no member."""
+    one, two = fleet.add("one", executable=baseline_peerd), fleet.add("two", executable=baseline_peerd)
+    fleet.mesh()
+    fleet.start()
+    old_one, old_two = BaselineApi(one), BaselineApi(two)
+    first = old_one.send("ann", "bob", "from one on 0.1.0")
+    wait_until(lambda: old_two.has_message(first), 30, "one's message on two, both on the baseline")
+
+    assert one.stop() == 0
+    one.executable = PEERD
+    one.start()
+    new_one = CurrentApi(one)
+    from_old = old_two.send("cat", "dan", "from two, still on 0.1.0")
+    wait_until(lambda: new_one.has_message(from_old), 30, "the baseline machine's later mail on the upgraded one")
+    from_new = new_one.send("ann", "bob", "from one, upgraded")
+    wait_until(lambda: old_two.has_message(from_new), 30, "the upgraded machine's mail on the baseline one")
+    assert one.status()["fleet"]["admitted_here"] is True
+
+    assert two.stop() == 0
+    two.executable = PEERD
+    two.start()
+    new_two = CurrentApi(two)
+    both = [new_two.send("cat", "dan", "from two, upgraded"), new_one.send("ann", "bob", "from one, both upgraded")]
+    wait_until(lambda: all(new_one.has_message(m) and new_two.has_message(m) for m in both), 30,
+               "mail both ways once both are upgraded")
+    for d in (one, two):
+        assert d.status()["fleet"]["admitted_here"] is True
+        assert all(n["admitted"] and not n["removed"] for n in d.api("GET", "/api/fleet")["nodes"])
+    assert_converged(new_one, new_two)
