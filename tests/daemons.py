@@ -426,7 +426,7 @@ class Daemon:
     @property
     def auth(self) -> dict[str, str]:
         """The header that admits a client to this daemon's local port (MCP included)."""
-        assert self.token is not None, f"{self.name} has not been ready yet"
+        assert self.token is not None, f"{self.name} is not ready yet"
         return {"Authorization": f"Bearer {self.token}"}
 
     def call(self, method: str, path: str, body: Any = None, timeout: float = API_TIMEOUT) -> tuple[int, Any]:
