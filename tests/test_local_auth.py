@@ -80,6 +80,8 @@ def test_cookie_finds_this_ports_session_among_others() -> None:
 
 
 def test_the_token_admits_and_nothing_close_to_it_does() -> None:
+    """The token itself admits; none, a prefix, a longer one, another case or a lone surrogate do not,
+    and the auth's repr never shows it."""
     auth = LocalAuth(TOKEN)
     assert auth.token_ok(TOKEN)
     assert not any(auth.token_ok(t) for t in (None, "", TOKEN[:-1], TOKEN + "k", TOKEN.upper(), "\ud800"))
@@ -100,6 +102,7 @@ def test_a_login_code_opens_one_session_and_only_before_it_expires() -> None:
 
 
 def test_a_session_ends_after_its_lifetime() -> None:
+    """A session is good until SESSION_TTL seconds after the login, not a moment later."""
     clock = Clock()
     auth = LocalAuth(TOKEN, clock=clock)
     session = auth.redeem(auth.new_login())
@@ -185,6 +188,7 @@ async def test_login_link_sets_a_strict_session_cookie_and_leads_to_the_dashboar
 
 
 async def test_a_login_link_works_once_and_not_after_it_expires() -> None:
+    """Over HTTP: a second use, a code past LOGIN_TTL, no code at all get 401; a POST gets 405."""
     clock = Clock()
     async with server(clock) as (_srv, auth, client):
         code = auth.new_login()
@@ -348,6 +352,7 @@ def test_another_user_gets_401_or_403_everywhere_and_can_read_no_file(other_user
 
 
 def cli(d: Daemon, *argv: str, stdin: str | None = None) -> str:
+    """``peerd --home HOME ARGV`` as the home's owner; its stdout (it must succeed)."""
     done = subprocess.run([str(PEERD), "--home", str(d.home), *argv], capture_output=True, text=True, input=stdin,
                           timeout=120, env=ENV, check=False)
     assert done.returncode == 0, f"peerd {' '.join(argv)}: {done.stderr}"
@@ -355,6 +360,7 @@ def cli(d: Daemon, *argv: str, stdin: str | None = None) -> str:
 
 
 async def stdio_whoami(home: Path, role: str) -> dict[str, Any]:
+    """``whoami`` through ``peerd mcp --home HOME --role ROLE`` over stdio, as an MCP client starts it."""
     params = StdioServerParameters(command=str(PEERD), args=["mcp", "--home", str(home), "--role", role], env=ENV)
     async with Client(params) as c:
         result = await c.call_tool("whoami", {})
@@ -455,6 +461,7 @@ def test_a_login_link_from_peerd_dashboard_works_once(owner: Daemon) -> None:
 
 
 def modes(home: Path) -> dict[str, int]:
+    """The permission bits of the home and of everything in it, by name."""
     return {p.name: stat.S_IMODE(p.stat().st_mode) for p in [home, *home.iterdir()]}
 
 
