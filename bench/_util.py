@@ -14,11 +14,14 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mcp import Client
 
 PASS = "PASS"
 MISS = "MISS"
@@ -206,13 +209,25 @@ def rss_mb(pid: int) -> tuple[float, float]:
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
-async def mcp_checks(url: str, count: int, role: str) -> dict[str, Any]:
-    """``count`` check_messages calls (limit 50) for ``role`` over MCP at ``url``; the last call's
-    structured result."""
-    from mcp import Client  # noqa: PLC0415 - only the memory figures need the SDK
+@asynccontextmanager
+async def mcp_session(url: str, token: str | None) -> AsyncIterator[Client]:
+    """An MCP SDK client on streamable HTTP at ``url``: the SDK's own HTTP client, plus the bearer
+    token a daemon's local port asks for (None for the floor, which asks for none)."""
+    from mcp import Client  # noqa: PLC0415 - only the MCP figures need the SDK
+    from mcp.client.streamable_http import streamable_http_client  # noqa: PLC0415
+    from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: PLC0415
 
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    async with (create_mcp_http_client(headers) as http,
+                Client(streamable_http_client(url, http_client=http)) as client):
+        yield client
+
+
+async def mcp_checks(url: str, count: int, role: str, token: str | None = None) -> dict[str, Any]:
+    """``count`` check_messages calls (limit 50) for ``role`` over MCP at ``url`` (with a daemon's
+    ``token``; the floor takes none); the last call's structured result."""
     last: dict[str, Any] = {}
-    async with Client(url) as client:
+    async with mcp_session(url, token) as client:
         for _ in range(count):
             result = await client.call_tool("check_messages", {"recipient": role, "limit": 50})
             assert not result.is_error, result.content

@@ -151,7 +151,7 @@ class Bench:
         """One local API call, on a kept-alive connection (as MCP clients hold them) or a new one;
         ``sent`` is set once the request is on its way."""
         session = self.fresh if fresh else self.keep
-        async with session.request(method, f"{d.info['local_url']}{path}", json=body,
+        async with session.request(method, f"{d.info['local_url']}{path}", json=body, headers=d.auth,
                                    trace_request_ctx={"sent": sent}) as resp:
             data = await resp.json()
             if resp.status != 200:
@@ -469,7 +469,7 @@ async def bench_memory(bench: Bench, sizes: Sizes) -> list[Figure]:
     with stopwatch() as caught:
         await wait_ops(bench, dst, want, 900)
     note(f"caught up {want:,} ops in {fmt(caught.seconds)} s; RSS then {fmt(rss_mb(pid)[0])} MB")
-    payload = await mcp_checks(dst.info["mcp_url"], RSS_CHECKS, ROLE)
+    payload = await mcp_checks(dst.info["mcp_url"], RSS_CHECKS, ROLE, dst.token)
     loaded, peak = rss_mb(pid)
     note(f"after {RSS_CHECKS:,} check_messages over MCP: RSS {fmt(loaded)} MB, peak {fmt(peak)} MB")
     floor = await floor_rss(bench.fleet.root, payload, RSS_CHECKS, ROLE)

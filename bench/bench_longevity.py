@@ -275,7 +275,7 @@ def bench_memory(root: Path, member: Daemon, sizes: Sizes) -> Figure:
     note(f"background work after the snapshot {'done' if done else 'NOT done'} after {fmt(waited)} s more: "
          f"{snap['checked']:,} signatures checked ({snap['forged'] or 'none forged'}), search index "
          f"{'caught up' if indexed(member.db) else 'behind'}; RSS then {fmt(rss_mb(pid)[0])} MB")
-    payload = asyncio.run(mcp_checks(member.info["mcp_url"], sizes.checks, ROLE))
+    payload = asyncio.run(mcp_checks(member.info["mcp_url"], sizes.checks, ROLE, member.token))
     loaded, peak = rss_mb(pid)
     note(f"after {sizes.checks:,} check_messages over MCP: RSS {fmt(loaded)} MB, peak {fmt(peak)} MB")
     floor = asyncio.run(floor_rss(root, payload, sizes.checks, ROLE))

@@ -41,7 +41,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from _util import FLOOR, Figure, at_most, floor_http, note, percentile, print_summary, report, section  # noqa: E402
+from _util import (  # noqa: E402
+    FLOOR,
+    Figure,
+    at_most,
+    floor_http,
+    mcp_session,
+    note,
+    percentile,
+    print_summary,
+    report,
+    section,
+)
 from mcp import Client, StdioServerParameters  # noqa: E402
 from mcp.types import CallToolResult  # noqa: E402
 from sim import apply_in_batches, workload  # noqa: E402
@@ -192,7 +203,8 @@ async def run_floors(root: Path, count: int) -> list[Figure]:
     proc, url = await floor_http(payload_file)
     schema_proc, schema_url = await floor_http(payload_file, schema_file)
     try:
-        async with Client(info["mcp_url"]) as ours, Client(url) as floor, Client(schema_url) as schema_floor:
+        async with mcp_session(info["mcp_url"], daemon.token) as ours, Client(url) as floor, \
+                Client(schema_url) as schema_floor:
             figures += floor_figures("HTTP", await against_floor((ours, floor, schema_floor), ids, count))
     finally:
         for p in (proc, schema_proc):
@@ -269,7 +281,7 @@ async def run(messages: int, count: int, root: Path) -> list[Figure]:
     daemon.initialised = True  # build_home made it
     info = await asyncio.to_thread(daemon.start)
     try:
-        async with Client(info["mcp_url"]) as client:
+        async with mcp_session(info["mcp_url"], daemon.token) as client:
             figures += figures_for("HTTP", await tool_latencies(client, count), base, 5.0)
     finally:
         daemon.stop(30)

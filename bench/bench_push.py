@@ -162,11 +162,11 @@ async def stdio_sessions(home: Path, count: int) -> AsyncIterator[list[Pushes]]:
 
 
 @asynccontextmanager
-async def http_sessions(url: str, count: int) -> AsyncIterator[list[Pushes]]:
+async def http_sessions(url: str, count: int, auth: dict[str, str]) -> AsyncIterator[list[Pushes]]:
     async with AsyncExitStack() as stack:
         out = []
         for i in range(count):
-            http = await stack.enter_async_context(httpx2.AsyncClient(headers={"X-Peerd-Role": f"web{i}"}))
+            http = await stack.enter_async_context(httpx2.AsyncClient(headers={"X-Peerd-Role": f"web{i}", **auth}))
             client, pushes = await stack.enter_async_context(
                 pushed_client(streamable_http_client(url, http_client=http)))
             await client.call_tool("whoami", {})
@@ -191,7 +191,7 @@ async def idle_cpu(d: Daemon, seconds: float) -> list[Figure]:
     assert d.proc is not None
     alone = await asyncio.to_thread(cpu_percent, d.proc.pid, seconds)
     note(f"the daemon alone (gossip with its peer, no MCP session) over the same window: {fmt(alone)} %")
-    async with http_sessions(d.info["mcp_url"], SESSIONS):
+    async with http_sessions(d.info["mcp_url"], SESSIONS, d.auth):
         await asyncio.sleep(1.0)
         pct_d = await asyncio.to_thread(cpu_percent, d.proc.pid, seconds)
         figures.append(report(Figure(f"idle CPU of the daemon with {SESSIONS} HTTP push sessions", pct_d, "%",

@@ -27,10 +27,11 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from _util import Figure, at_most, note, percentile, print_summary, report, section
+from _util import Figure, at_most, mcp_session, note, percentile, print_summary, report, section
 from mcp import Client, StdioServerParameters
 
 from peerd.config import init_home
+from peerd.home import read_local_token
 
 PEERD = Path(sys.executable).parent / "peerd"
 READY_POLL = 0.002  # seconds between looks for daemon.json (the resolution of that figure)
@@ -68,7 +69,7 @@ async def run_to_ready(home: Path) -> tuple[float, float]:
         info = await _wait_info(home, proc)
         ready = time.perf_counter() - t
         t = time.perf_counter()
-        async with Client(str(info["mcp_url"])):
+        async with mcp_session(str(info["mcp_url"]), read_local_token(home)):
             first_mcp = time.perf_counter() - t
         return ready, first_mcp
     finally:

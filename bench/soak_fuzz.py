@@ -73,7 +73,7 @@ EDGE_INTS = [0, 1, -1, 2**31, 2**32, 2**47, 2**53 + 1, 2**63 - 1, 2**63, 2**64 -
 ODD_TEXT = ["", " ", "\x00", "a" * 300, "\u00e9\u0301", "a" * 64 + ".example", "::1", "-1", "65536",
             "\u202e", "x" * 70_000]
 OUTCOMES_OK_PEER = {200, 400, 403, 404, 405, 408, 413, 431, "closed"}
-OUTCOMES_OK_LOCAL = {200, 400, 403, 404, 405, 406, 408, 413, 415, 421, 431, "closed"}
+OUTCOMES_OK_LOCAL = {200, 400, 401, 403, 404, 405, 406, 408, 413, 415, 421, 431, "closed"}
 
 
 # -- random values ----------------------------------------------------------------------------------
@@ -235,6 +235,7 @@ READERS = ("fz-a", "fz-b", "fz-c")  # the roles the campaign reads as: seen befo
 class LocalInputs:
     rng: random.Random
     port: int
+    token: str | None  # the home's: most inputs carry it (to reach the handlers), some a wrong one or none
 
     def fz_role(self) -> str:
         """A role to read as: reading as a role never seen would record it as seen (a write)."""
@@ -301,6 +302,9 @@ class LocalInputs:
         if rng.random() < 0.1:
             host = rng.choice(["localhost:80@evil.example", "evil.example", "[::1", "127.0.0.1:0", ""])
         out = [("Host", host), ("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")]
+        token = rng.choices([self.token, "x" * 43, None], weights=[90, 5, 5])[0]
+        if token is not None:
+            out.append(("Authorization", f"Bearer {token}"))
         if rng.random() < 0.1:
             out.append(("Origin", rng.choice(["http://[::1].evil.example", "http://[::1", "null", "http://evil"])))
         return out
@@ -524,7 +528,7 @@ def campaign(args: argparse.Namespace, root: Path) -> bool:
         rep.close()
         rng = random.Random(args.seed)
         peer_gen = PeerInputs(random.Random(rng.random()), decode_fleet_key(fleet.key), a_ops, a_origin)
-        local_gen = LocalInputs(random.Random(rng.random()), int(a.info["local_port"]))
+        local_gen = LocalInputs(random.Random(rng.random()), int(a.info["local_port"]), a.token)
         tally = Tally()
         watch = Watch(a, log_start=a.log_path.stat().st_size)
         conns = Conn()

@@ -48,7 +48,15 @@ from peerd.fleetkey import (
     fleet_id,
     new_fleet_key,
 )
-from peerd.home import atomic_write, config_path, create_exclusive, ensure_home, node_key_path
+from peerd.home import (
+    atomic_write,
+    config_path,
+    create_exclusive,
+    ensure_home,
+    ensure_token,
+    local_token_path,
+    node_key_path,
+)
 from peerd.limits import PEER_PER_SOURCE
 from replica import PeerdError, identity
 from replica.ops import MAX_CONTENT_BYTES
@@ -280,6 +288,7 @@ def init_home(home: Path, name: str | None = None, fleet_key: bytes | None = Non
             fleet_key=new_fleet_key() if fleet_key is None else fleet_key,
         )
         if create_exclusive(path, render_config(fresh).encode("utf-8"), mode=0o600):
+            ensure_token(local_token_path(home))  # the home's local secret, made with it
             return fresh
     existing = load_config(path)
     if fleet_key is not None and fleet_key != existing.fleet_key:

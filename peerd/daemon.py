@@ -11,6 +11,11 @@ stop it is closed first of all, which ends every waiting request and change
 stream at once (an event, not a poll). A daemon holds ``daemon.lock`` for its
 whole life, so ``stop_daemon`` signals only a daemon that really runs (never a
 process that merely inherited a stale pid) and waits for the process to exit.
+The home is made owner-only before anything is read from it (``peerd.home.tighten``;
+what another user owns is logged, not changed), and the local port answers only a
+caller holding the home's ``local.token`` or a browser session opened by a login
+link (``peerd.localauth``); the ready line never carries a secret, the login link
+goes only to ``on_ready``.
 """
 
 from __future__ import annotations
@@ -31,15 +36,18 @@ from pathlib import Path
 from typing import Any
 
 from discovery.seeds import format_seed
+from mcp_server.localauth import LocalAuth
 from mcp_server.wiring import Wiring
 from peerd import home as homes
 from peerd.config import Config, load_config, save_config
+from peerd.dashboard import browser_path, login_routes, login_url
 from peerd.errors import DaemonError
 from peerd.keyring import KeyRing
 from peerd.lazymount import McpBuilder
 from peerd.limits import raise_open_file_limit
 from peerd.local import LocalServer, build_app
 from peerd.localapi import build_routes
+from peerd.localauth import home_auth
 from peerd.memory import limit_arenas
 from peerd.node import Node
 from peerd.pairapi import pairing_routes
@@ -70,12 +78,13 @@ class Daemon:
         self.wiring: Wiring | None = None
         self.node: Node | None = None
         self.local: LocalServer | None = None
+        self.auth: LocalAuth | None = None
         self.info: dict[str, Any] = {}
         self._lock_fd: int | None = None
 
     def _lock_home(self) -> None:
         """One daemon per home: hold an exclusive lock on ``daemon.lock`` while running."""
-        self.home.mkdir(parents=True, exist_ok=True)
+        homes.ensure_home(self.home)
         fd = os.open(self.home / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -87,6 +96,8 @@ class Daemon:
                 "stop it first, or use another --home"
             ) from None
         self._lock_fd = fd
+        for loose in homes.tighten(self.home):
+            log.warning("%s stays open to other users: %s", loose.describe(), fix_loose(loose))
 
     async def start(self) -> dict[str, Any]:
         self._lock_home()
@@ -108,8 +119,9 @@ class Daemon:
             "peer_port": self.node.peer_port, "peer_url": f"http://{format_seed(self.advertise, self.node.peer_port)}",
         }
         self.info["fleet_id"] = self.node.keys.fleet_id
-        app = build_app([*build_routes(self.node, self.info), *pairing_routes(self.node, self.reload)],
-                        _mcp_app(self.node))
+        self.auth = auth = home_auth(self.home, browser=browser_path)
+        app = build_app([*build_routes(self.node, self.info), *pairing_routes(self.node, self.reload),
+                         *login_routes(auth)], _mcp_app(self.node), auth=auth)
         self.local = LocalServer(app, self.cfg.local_port)
         try:
             await self.local.start()
@@ -135,6 +147,11 @@ class Daemon:
         if rep.node_key not in rep.removed():
             with contextlib.suppress(LocalError):  # a node nobody let in vouches for nobody
                 rep.vouch_for_roots(self.cfg.fleet_id)
+
+    def login_url(self) -> str:
+        """A fresh one-time link that opens the dashboard in a browser (``mcp_server.localauth``)."""
+        assert self.auth is not None and self.local is not None
+        return login_url(self.local.url, self.auth.new_login())
 
     def _keys_changed(self, ring: KeyRing) -> None:
         """A rotation (or a removal) changed the key this node seals with: config.toml and
@@ -176,6 +193,13 @@ class Daemon:
             self._lock_fd = None
 
 
+def fix_loose(loose: homes.Loose) -> str:
+    """How to make one path of a home owner-only again, said to the person who runs peerd."""
+    if loose.ours:
+        return f"chmod go-rwx {loose.path}"
+    return f"as its owner or root: chown $(id -un) {loose.path} && chmod go-rwx {loose.path}"
+
+
 def announce_ready(info: dict[str, Any]) -> None:
     """The ready line: daemon.json's content as one JSON line on stdout."""
     if sys.stdout is None:
@@ -202,7 +226,9 @@ def quiet_library_logs() -> None:
 
 async def run(home: Path, cfg: Config, *, bind: str = "::", advertise: str = "127.0.0.1",
               on_ready: Callable[[dict[str, Any]], None] | None = None) -> None:
-    """Serve until SIGTERM or SIGINT; once ready, print the ready line, then call ``on_ready``."""
+    """Serve until SIGTERM or SIGINT; once ready, print the ready line, then call ``on_ready`` with
+    the same object plus ``login_url`` (a one-time link to the dashboard: for a person's eyes,
+    never in daemon.json)."""
     limit_arenas()  # before the first worker thread (peerd.memory)
     quiet_library_logs()
     daemon = Daemon(home, cfg, bind=bind, advertise=advertise)
@@ -214,7 +240,7 @@ async def run(home: Path, cfg: Config, *, bind: str = "::", advertise: str = "12
         info = await daemon.start()
         announce_ready(info)
         if on_ready is not None:
-            on_ready(info)
+            on_ready({**info, "login_url": daemon.login_url()})
     except BaseException:
         if daemon.wiring is not None:
             daemon.wiring.close()

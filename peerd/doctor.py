@@ -1,7 +1,7 @@
 """``peerd doctor``: check one node's setup and say what to fix.
 
-Checks, in order: the home folder, ``config.toml``, the node key, the replica
-file, the daemon (``daemon.json``, its process, its local API), the peer and
+Checks, in order: the home folder, the other files in it (owner-only),
+``config.toml``, the node key, the replica file, the daemon (``daemon.json``, its process, its local API), the peer and
 local ports, mDNS, every seed and every peer the daemon knows (reachable, same
 fleet), each answering peer's clock against ours, the fleet's membership news
 (another fleet on this LAN, join requests waiting, this node removed), and the
@@ -29,6 +29,7 @@ import json
 import os
 import socket
 import stat
+import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
@@ -70,10 +71,40 @@ def check_home(home: Path) -> Finding:
     if not os.access(home, os.W_OK | os.X_OK):
         return Finding("home", FAIL, str(home), "this user cannot write to it",
                        f"run peerd as the folder's owner, or fix ownership: chown -R $USER {home}")
-    if _loose(home):
+    loose = homes.open_to_others([home])
+    if loose and not loose[0].ours:
+        return Finding("home", FAIL, str(home), f"other users can look inside (mode {_mode(home)}), and it belongs "
+                       f"to uid {loose[0].uid}, not to this user: peerd cannot make it private", chown_fix([home]))
+    if loose:
         return Finding("home", WARN, str(home), f"other users can look inside (mode {_mode(home)})",
-                       f"chmod 700 {home}")
+                       f"chmod 700 {home}  (peerd also does it when it next opens the home)")
     return Finding("home", OK, str(home), f"private folder (mode {_mode(home)})")
+
+
+def chown_fix(paths: Sequence[Path]) -> str:
+    names = " ".join(str(p) for p in paths)
+    return f"as root: chown $(id -un) {names} && chmod go-rwx {names}  (or run peerd as their owner)"
+
+
+OWN_CHECKS = (homes.CONFIG_TOML, homes.NODE_KEY)  # told about by their own findings
+
+
+def check_files(home: Path) -> Finding:
+    """Every other file in the home (replica and its -wal/-shm, local.token, daemon.json, invites,
+    ...) owner-only: loose ones of this user's are a warning (peerd fixes them when it next opens
+    the home), ones another user owns a failure peerd cannot fix."""
+    entries = [p for p in homes.home_entries(home)[1:] if p.name not in OWN_CHECKS]
+    loose = homes.open_to_others(entries)
+    if not loose:
+        return Finding("files", OK, str(home), "no other file in the home is open to other users")
+    listing = ", ".join(x.describe() for x in loose[:5]) + (f" and {len(loose) - 5} more" if len(loose) > 5 else "")
+    theirs = [x.path for x in loose if not x.ours]
+    if theirs:
+        return Finding("files", FAIL, str(home), f"open to other users, and not this user's to fix: {listing}",
+                       chown_fix(theirs))
+    return Finding("files", WARN, str(home), f"open to other users: {listing}",
+                   f"chmod go-rwx {' '.join(str(x.path) for x in loose)}  (peerd also does it when it next opens "
+                   "the home)")
 
 
 def _mode(path: Path) -> str:
@@ -166,8 +197,9 @@ NEWER_FIX = "upgrade peerd on this machine: the upgrade applies the ops it holds
 
 
 
-def fetch_status(local_url: str, timeout: float) -> dict[str, Any]:
-    with _OPENER.open(f"{local_url}/api/status", timeout=timeout) as resp:
+def fetch_status(local_url: str, timeout: float, headers: dict[str, str] | None = None) -> dict[str, Any]:
+    req = urllib.request.Request(f"{local_url}/api/status", headers=headers or {})
+    with _OPENER.open(req, timeout=timeout) as resp:
         data = json.loads(resp.read())
     if not isinstance(data, dict):
         raise ValueError("status is not a JSON object")
@@ -189,16 +221,30 @@ def check_daemon(home: Path, node_id: str | None, timeout: float) -> tuple[Findi
                        start), None
     url = str(info.get("local_url", ""))
     try:
-        st = fetch_status(url, timeout)
+        st = fetch_status(url, timeout, homes.auth_headers(home))
     except (OSError, ValueError) as exc:
-        return Finding("daemon", FAIL, f"pid {pid}", f"runs, but its local API at {url} does not answer ({exc})",
-                       f"look at the daemon's log; stop it (kill {pid}) and start it again: {start}"), None
+        return unanswered(home, pid, url, exc), None
     if node_id is not None and st.get("node_id") != node_id:
         return Finding("daemon", FAIL, f"pid {pid}", f"runs as node {str(st.get('node_id'))[:16]}, but node.key "
                        f"is node {node_id[:16]}", f"restart it so it loads the current key: {start}"), st
     live = sum(1 for p in st.get("peers", []) if p.get("reachable"))
     return Finding("daemon", OK, f"pid {pid}", f"up {st.get('uptime', 0):.0f} s, local API {url}, "
                    f"{live} of {len(st.get('peers', []))} peers live"), st
+
+
+def unanswered(home: Path, pid: object, url: str, exc: Exception) -> Finding:
+    """A live daemon whose local API did not answer us: refused this user (401), or is in trouble."""
+    start = f"peerd run --home {home}"
+    if isinstance(exc, urllib.error.HTTPError):
+        exc.close()  # its answer is not read
+    if isinstance(exc, urllib.error.HTTPError) and exc.code == 401:
+        token = homes.local_token_path(home)
+        return Finding("daemon", FAIL, f"pid {pid}", f"runs, but refuses this user: its local API at {url} answers "
+                       f"only a caller that sends the token in {token}, which this user cannot read",
+                       "run peerd as the home's owner")
+    problem = f"answers HTTP {exc.code}" if isinstance(exc, urllib.error.HTTPError) else f"does not answer ({exc})"
+    return Finding("daemon", FAIL, f"pid {pid}", f"runs, but its local API at {url} {problem}",
+                   f"look at the daemon's log; stop it (kill {pid}) and start it again: {start}")
 
 
 def port_free(host: str, port: int) -> str | None:
@@ -365,9 +411,10 @@ def run_checks(home: Path, *, timeout: float = 3.0) -> Report:
     report = Report(str(home))
     add = report.findings.append
     add(check_home(home))
-    if report.failed:
+    if not home.is_dir() or not os.access(home, os.W_OK | os.X_OK):
         add(Finding("config", SKIP, "", "no home to check"))
         return report
+    add(check_files(home))
     cfg_finding, file_cfg = check_config(home)
     add(cfg_finding)
     key_finding, node_id = check_key(home)

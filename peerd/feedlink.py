@@ -12,6 +12,7 @@ Invariants:
   reads the mark at once, so nothing written in between is missed.
 * Marks from the stream only ``advance`` the feed: it never runs ahead of the
   replica, since the daemon reports only commits it can see.
+* The stream is asked for with the home's ``local.token`` (the daemon answers nobody else).
 * Imports only the standard library, ``replica`` and ``peerd.home``: ``peerd mcp``
   must start fast.
 """
@@ -117,7 +118,7 @@ class DaemonLink:
                 self._sock = sock
             if self._stopping.is_set():
                 return
-            conn.request("GET", FEED_PATH)
+            conn.request("GET", FEED_PATH, headers=homes.auth_headers(self.home))  # the home's token
             resp = conn.getresponse()
             first = parse_mark(resp.readline()) if resp.status == 200 else None
             if first is None:

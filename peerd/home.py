@@ -3,7 +3,12 @@
 Invariants:
 - The home is chosen as: explicit `--home` argument > `PEERD_HOME` environment
   variable > the platform's per-user data folder for the app "peerd".
-- A home created here is private to its user (mode 0700 on POSIX).
+- A home created here is private to its user (mode 0700 on POSIX), and so is every file
+  peerd writes in it (0600). ``tighten`` takes group and other permissions off a home that
+  was made looser, on what this user owns; whatever it cannot fix is named (``open_to_others``).
+- ``local.token`` holds the local port's secret: whoever can read it can use the daemon
+  (``mcp_server.localauth``). It is made once, owner-only before a byte is in it, and never
+  replaced behind a running daemon's back.
 - Files are replaced atomically (temporary file in the same folder, fsync, rename):
   a reader sees the old content or the new one, never a torn file.
 - `daemon.json` exists only while a daemon serves from this home; it is a JSON object.
@@ -15,7 +20,9 @@ import contextlib
 import json
 import os
 import secrets
+import stat
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from peerd.errors import DaemonError
@@ -27,6 +34,9 @@ REPLICA_DB = "replica.db"
 NODE_KEY = "node.key"
 CONFIG_TOML = "config.toml"
 DAEMON_JSON = "daemon.json"
+LOCAL_TOKEN = "local.token"
+TOKEN_BYTES = 32
+OPEN_BITS = 0o077  # what group and others may do
 
 
 def resolve_home(
@@ -64,6 +74,49 @@ def config_path(home: Path) -> Path:
 def daemon_json_path(home: Path) -> Path:
     """The running daemon's status file."""
     return home / DAEMON_JSON
+
+
+def local_token_path(home: Path) -> Path:
+    """The local port's secret (``Authorization: Bearer`` its content)."""
+    return home / LOCAL_TOKEN
+
+
+def new_token() -> str:
+    """A fresh secret for the local port: 32 random bytes, url-safe base64 (43 characters)."""
+    return secrets.token_urlsafe(TOKEN_BYTES)
+
+
+def read_token(path: Path) -> str | None:
+    """The secret in ``path``, or None when there is none this user can read."""
+    try:
+        text = path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text or None
+
+
+def ensure_token(path: Path) -> str:
+    """The secret in ``path``, made first if missing: mode 0600 from the moment the file exists,
+    and two processes racing here end up with the same one."""
+    if (token := read_token(path)) is not None:
+        return token
+    create_exclusive(path, (new_token() + "\n").encode("ascii"), mode=0o600)
+    token = read_token(path)
+    if token is None:
+        raise DaemonError(f"{path}: cannot read the local port's secret; delete the file to make a new one")
+    return token
+
+
+def read_local_token(home: Path) -> str | None:
+    """What peerd's own clients send the home's daemon (None: no token this user can read)."""
+    return read_token(local_token_path(home))
+
+
+def auth_headers(home: Path) -> dict[str, str]:
+    """The header that admits peerd's own clients to the home's daemon ({} with no readable token:
+    the daemon then answers 401, saying where the token is)."""
+    token = read_local_token(home)
+    return {} if token is None else {"Authorization": f"Bearer {token}"}
 
 
 def ensure_home(home: Path) -> Path:
@@ -205,6 +258,74 @@ def _fsync_dir(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+# -- owner-only ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Loose:
+    """A path in a home that others may use: its mode and owner, and whether it is ours to fix."""
+
+    path: Path
+    mode: int
+    uid: int
+    ours: bool
+
+    def describe(self) -> str:
+        who = "" if self.ours else f", owned by uid {self.uid}, not by this user"
+        return f"{self.path} (mode {self.mode:04o}{who})"
+
+
+def is_home(home: Path) -> bool:
+    """Whether ``home`` holds a peerd node (config or replica): only then is it peerd's to tighten."""
+    return (home / CONFIG_TOML).exists() or (home / REPLICA_DB).exists()
+
+
+def home_entries(home: Path) -> list[Path]:
+    """The home and what is directly in it (a subfolder made owner-only keeps others out of its
+    content too)."""
+    try:
+        with os.scandir(home) as it:
+            return [home, *(Path(entry.path) for entry in it)]
+    except OSError:
+        return [home]
+
+
+def open_to_others(paths: list[Path], uid: int | None = None) -> list[Loose]:
+    """Which of ``paths`` group or others may read, write or enter (POSIX; symlinks skipped)."""
+    if os.name != "posix":
+        return []
+    me = os.geteuid() if uid is None else uid
+    out: list[Loose] = []
+    for path in paths:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISLNK(st.st_mode) and st.st_mode & OPEN_BITS:
+            out.append(Loose(path, stat.S_IMODE(st.st_mode), st.st_uid, st.st_uid == me))
+    return out
+
+
+def tighten_paths(paths: list[Path]) -> list[Loose]:
+    """Take group and other permissions off those of ``paths`` this user owns (0755 becomes
+    0700, 0644 0600); what stays open to others, since someone else owns it or chmod failed."""
+    left: list[Loose] = []
+    for loose in open_to_others(paths):
+        try:
+            if not loose.ours:
+                raise PermissionError
+            os.chmod(loose.path, loose.mode & ~OPEN_BITS)  # lstat said: not a symlink
+        except OSError:
+            left.append(loose)
+    return left
+
+
+def tighten(home: Path) -> list[Loose]:
+    """Make a peerd home owner-only (what peerd does each time it opens one); what it could not
+    fix. A folder that is no peerd home is left as it is."""
+    return tighten_paths(home_entries(home)) if is_home(home) else []
 
 
 def pid_alive(pid: object) -> bool:

@@ -5,8 +5,10 @@ Invariants:
   daemon's event loop; it binds 127.0.0.1 itself (``port=0`` picks a free one)
   and never touches signal handlers.
 * ``mcp_server.localguard.LocalOnly`` stands in front of every route: a
-  request whose Host or Origin is not loopback gets 403 before anything reads
-  its body.
+  request whose Host is not loopback or whose Origin is not this server's own
+  gets 403, one that does not prove it can read the home (``LocalAuth``: the
+  home's token, or a browser session) 401, a body that is not JSON 415, before
+  anything reads its body. There is no app without a ``LocalAuth``.
 * Resources are bounded before the app runs: a request head must arrive
   within ``HEAD_TIMEOUT`` (400 if still incomplete past ``MAX_HEADER_BYTES``), a body within
   ``BODY_TIMEOUT`` and ``MAX_BODY_BYTES`` (a larger ``Content-Length`` is
@@ -36,6 +38,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from mcp_server.localauth import LocalAuth
 from mcp_server.localguard import LocalOnly, send_error
 from peerd.errors import DaemonError
 from peerd.lazymount import LazyMount, McpBuilder
@@ -176,10 +179,12 @@ class LocalApp:
                 return
 
 
-def build_app(routes: list[BaseRoute], mcp: McpBuilder | None = None, limits: Limits | None = None) -> ASGIApp:
-    """The local port's app: ``routes``, and MCP at ``/mcp`` built by ``mcp`` on first use."""
+def build_app(routes: list[BaseRoute], mcp: McpBuilder | None = None, limits: Limits | None = None, *,
+              auth: LocalAuth) -> ASGIApp:
+    """The local port's app: ``routes``, and MCP at ``/mcp`` built by ``mcp`` on first use, for
+    callers that ``auth`` admits."""
     app = LocalApp(Starlette(routes=routes), LazyMount(mcp) if mcp is not None else None)
-    return LocalOnly(BoundedBody(app, limits or Limits()))
+    return LocalOnly(BoundedBody(app, limits or Limits()), auth)
 
 
 def find_local_app(app: ASGIApp) -> LocalApp | None:

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from replica import fleetstore, schema
 from replica.errors import InvalidArgument, StoreError
+from replica.store import create_private
 
 FORMAT = "peerd-backup"
 FORMAT_VERSION = 1
@@ -260,6 +261,7 @@ def unpack(path: Path, db: Path, new_node: bytes) -> BackupInfo:
     info = inspect(path)
     if db.exists():
         raise InvalidArgument(f"{db} exists; restore into a new home")
+    create_private(db)  # owner-only before SQLite writes a byte (its -wal takes the same mode)
     try:
         with closing(sqlite3.connect(_uri(path, FROZEN), uri=True)) as src, \
                 closing(sqlite3.connect(db, isolation_level=None, timeout=LOCK_TIMEOUT)) as dst:

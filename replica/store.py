@@ -17,10 +17,13 @@ Invariants:
   been committed in the block; after a commit the block's work may not be redone, so the rest
   of it waits as usual. The block holds the connection's lock from start to end.
 * ``check_file`` opens a file read-only (``mode=ro``): looking never writes.
+* A replica file this creates is owner-only (0600) before SQLite opens it, so its ``-wal`` and
+  ``-shm`` files, which SQLite makes with the database's own mode, are owner-only too.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -39,6 +42,24 @@ _BUSY = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED: the primary result codes of a lock
 CACHE_KIB = 2048  # page cache per connection (2 MiB): hot index pages fit; the OS page cache holds the rest
 
 
+FILE_MODE = 0o600
+
+
+def create_private(path: str | Path) -> bool:
+    """Create ``path`` empty and owner-only unless it exists (an empty file is a new SQLite
+    database); whether this call made it. Anything but "it exists" is left for SQLite to report."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    except OSError:
+        return False
+    try:
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, FILE_MODE)  # os.open's mode is masked by the umask: only ever narrower
+    finally:
+        os.close(fd)
+    return True
+
+
 class Store:
     """One connection to a replica file, guarded by a lock for thread use."""
 
@@ -48,6 +69,8 @@ class Store:
         self._no_wait = False  # a no_wait block holds the lock, so only its thread reads this
         self._timeout_ms = BUSY_TIMEOUT_MS  # the connection's busy timeout now (``_match_timeout``)
         self.commits = 0  # commits through this connection; with data_version, see ``version``
+        if self.path != ":memory:":
+            create_private(self.path)
         try:
             self.conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False,

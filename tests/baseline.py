@@ -48,11 +48,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client
 
 from replica import open_home
 from replica.core import iso as iso_ms
 from tests.daemons import Daemon, read_only
+from tests.localclient import mcp_client
 
 BASELINE_COMMIT = "45fb640"
 BASELINE_VERSION = "0.1.0"
@@ -278,7 +278,7 @@ class BaselineApi:
     # -- MCP tools (VantagePeers' and AgentMsgs' names) ---------------------------------------------
 
     def _tool(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
-        return call_tool(self.daemon.info["mcp_url"], name, args)
+        return call_tool(self.daemon.info["mcp_url"], name, args, self.daemon.token)
 
     def set_profile(self, role: str, name: str, static: dict[str, Any] | None = None,
                     dynamic: dict[str, Any] | None = None) -> None:
@@ -377,11 +377,12 @@ def _profile(p: dict[str, Any]) -> dict[str, Any]:
     return {k: p[k] for k in _PROFILE_FIELDS}
 
 
-def call_tool(mcp_url: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
-    """One MCP tool call over streamable HTTP, from synchronous test code; its structured result."""
+def call_tool(mcp_url: str, name: str, args: dict[str, Any], token: str | None = None) -> dict[str, Any]:
+    """One MCP tool call over streamable HTTP (with the home's token, when the daemon has one: the
+    baseline release's has none), from synchronous test code; its structured result."""
 
     async def call() -> dict[str, Any]:
-        async with Client(mcp_url) as client:
+        async with mcp_client(mcp_url, token) as client:
             result = await client.call_tool(name, args)
         assert not result.is_error, f"{name}({args}) at {mcp_url}: {result.content}"
         assert isinstance(result.structured_content, dict), result

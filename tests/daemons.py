@@ -35,6 +35,8 @@ Invariants:
   module first, so pytest is told not to rewrite it: PYTEST_DONT_REWRITE).
 - A daemon in a network namespace is reached through a relay process started in
   that namespace, since its local API listens on the namespace's 127.0.0.1.
+- Every local API call carries the home's ``local.token`` (``Daemon.token``, read once the
+  daemon is ready), as peerd's own clients do: the daemon answers nobody else.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from typing import Any, Protocol, TypeVar
 import pytest
 
 from peerd.config import decode_fleet_key, encode_fleet_key, fleet_id, new_fleet_key
+from peerd.home import LOCAL_TOKEN, read_token
 from replica import identity, open_home
 from tests import waiting
 from tests.waiting import patience
@@ -159,12 +162,19 @@ def message_ids(db: Path) -> set[str]:
 
 
 class Transport(Protocol):
-    def __call__(self, method: str, url: str, body: bytes | None, timeout: float) -> tuple[int, bytes]: ...
+    def __call__(self, method: str, url: str, body: bytes | None, timeout: float,
+                 token: str | None = None) -> tuple[int, bytes]: ...
 
 
-def direct_transport(method: str, url: str, body: bytes | None, timeout: float) -> tuple[int, bytes]:
+def api_headers(token: str | None) -> dict[str, str]:
+    """A local API request's headers: a JSON body, and the home's token when given."""
+    return {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+
+
+def direct_transport(method: str, url: str, body: bytes | None, timeout: float,
+                     token: str | None = None) -> tuple[int, bytes]:
     """HTTP from this process (the daemon's local API is on our 127.0.0.1)."""
-    req = urllib.request.Request(url, data=body, method=method, headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(url, data=body, method=method, headers=api_headers(token))
     try:
         with _OPENER.open(req, timeout=timeout) as resp:
             return int(resp.status), resp.read()
@@ -179,8 +189,10 @@ opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 for line in sys.stdin:
     q = json.loads(line)
     body = None if q["body"] is None else q["body"].encode("latin-1")
-    req = urllib.request.Request(q["url"], data=body, method=q["method"],
-                                 headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if q.get("token"):
+        headers["Authorization"] = "Bearer " + q["token"]
+    req = urllib.request.Request(q["url"], data=body, method=q["method"], headers=headers)
     try:
         with opener.open(req, timeout=q["timeout"]) as resp:
             out = {"status": resp.status, "body": resp.read().decode("latin-1")}
@@ -203,8 +215,10 @@ class NamespaceRelay:
         )
         self._lock = threading.Lock()
 
-    def __call__(self, method: str, url: str, body: bytes | None, timeout: float) -> tuple[int, bytes]:
-        q = {"method": method, "url": url, "timeout": timeout, "body": None if body is None else body.decode("latin-1")}
+    def __call__(self, method: str, url: str, body: bytes | None, timeout: float,
+                 token: str | None = None) -> tuple[int, bytes]:
+        q = {"method": method, "url": url, "timeout": timeout, "body": None if body is None else body.decode("latin-1"),
+             "token": token}
         with self._lock:
             assert self.proc.stdin is not None and self.proc.stdout is not None
             if self.proc.poll() is not None:
@@ -280,6 +294,7 @@ class Daemon:
         self.proc: subprocess.Popen[bytes] | None = None
         self.spawned_at = 0.0  # time.monotonic() of the last spawn
         self.info: dict[str, Any] = {}
+        self.token: str | None = None  # the home's local.token, read once the daemon is ready
         self.initialised = False
         self.init_node = ""  # the node id ``peerd init`` printed
         self.admitted = False
@@ -376,6 +391,7 @@ class Daemon:
                 info = _ready_line(line)
                 if info is not None and info.get("pid") == proc.pid:
                     self.info = info
+                    self.token = read_token(self.home / LOCAL_TOKEN)
                     if self.port == 0:  # keep the port the daemon picked, so a restart keeps its address
                         self.port = int(info["peer_port"])
                     return info
@@ -412,12 +428,18 @@ class Daemon:
 
     # -- the local API ------------------------------------------------------------------------
 
+    @property
+    def auth(self) -> dict[str, str]:
+        """The header that admits a client to this daemon's local port (MCP included)."""
+        assert self.token is not None, f"{self.name} is not ready yet"
+        return {"Authorization": f"Bearer {self.token}"}
+
     def call(self, method: str, path: str, body: Any = None, timeout: float = API_TIMEOUT) -> tuple[int, Any]:
         """One local API call: (status, decoded JSON body)."""
         if not self.info:
             raise ConnectionError(f"{self.name} is not running")
         data = None if body is None else json.dumps(body).encode()
-        status, raw = self.transport(method, f"{self.info['local_url']}{path}", data, timeout)
+        status, raw = self.transport(method, f"{self.info['local_url']}{path}", data, timeout, self.token)
         try:
             decoded = json.loads(raw) if raw else None
         except ValueError:

@@ -22,6 +22,12 @@ Rules every block of README.md and docs/*.md keeps (``tests/test_docs_examples.p
   must be the same word, and ``<name>`` in a later command is replaced by it. Commands must exit 0.
 - In commands and configurations, ``/path/to/peerd`` stands for the clone and ``/home/me`` for the
   user's home folder.
+- HTTP configurations carry the local port's token as their client does: ``claude mcp add`` lines are
+  read as the shell reads them (``--header "Authorization: Bearer $(cat ...)"`` runs the ``cat``);
+  a Codex ``bearer_token_env_var`` (or ``env_http_headers``) names a variable the reader sets before
+  starting Codex, as the doc says: the runner gives ``PEERD_TOKEN``, the one the docs name, the
+  content of the machine's default home's ``local.token``; JSON configurations show ``<local-token>``,
+  which shown output binds like any ``<name>``.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import json
 import re
 import shlex
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -210,11 +216,21 @@ def serves_http(command: str) -> bool:
 
 
 _SERVING = re.compile(r"^peerd mcp: serving MCP at (http://\S+)$")
+_TOKEN_LINE = re.compile(r"^peerd mcp: clients send the header Authorization: Bearer (<the content of (.+)>|\S+)$")
 
 
 def serving_url(lines: Sequence[str]) -> str | None:
     """The URL an HTTP ``peerd mcp`` announces once it listens, or None before then."""
     return next((m.group(1) for m in map(_SERVING.match, lines) if m), None)
+
+
+def serving_token(lines: Sequence[str]) -> tuple[str, str] | None:
+    """What an HTTP ``peerd mcp`` says its clients send (the line before its URL): ``("file", PATH)``
+    for a token kept in a file, ``("token", TOKEN)`` for one in memory only; None if it said nothing."""
+    for m in map(_TOKEN_LINE.match, lines):
+        if m:
+            return ("file", m.group(2)) if m.group(2) is not None else ("token", m.group(1))
+    return None
 
 
 @dataclass(frozen=True)
@@ -401,7 +417,8 @@ def json_servers(text: str, where: str) -> list[Server]:
 
 def toml_servers(text: str, where: str) -> list[Server]:
     """The servers of a Codex ``config.toml`` block (``[mcp_servers.<name>]`` command/args, or
-    ``url`` and ``http_headers``)."""
+    ``url`` and ``http_headers``; ``bearer_token_env_var`` and ``env_http_headers`` become headers whose
+    value names the variable as ``${NAME}``, as Codex fills them in from its environment)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -409,7 +426,11 @@ def toml_servers(text: str, where: str) -> list[Server]:
     servers: list[Server] = []
     for name, spec in (data.get("mcp_servers") or {}).items():
         if "url" in spec:
-            servers.append(_http_server("codex", name, spec["url"], spec.get("http_headers", {}), where))
+            headers = {**spec.get("http_headers", {}),
+                       **{k: f"${{{v}}}" for k, v in spec.get("env_http_headers", {}).items()}}
+            if "bearer_token_env_var" in spec:
+                headers["Authorization"] = f"Bearer ${{{spec['bearer_token_env_var']}}}"
+            servers.append(_http_server("codex", name, spec["url"], headers, where))
             continue
         if not isinstance(spec.get("command"), str):
             raise DocError(f"{where}: [mcp_servers.{name}] needs command (and args)")
@@ -428,27 +449,24 @@ def check_ini(text: str, where: str) -> None:
 _CLAUDE_ADD = re.compile(r"^claude mcp add\b")
 
 
-def claude_servers(body: str, where: str) -> list[Server] | None:
+def claude_servers(body: str, where: str,
+                   words_of: Callable[[str], list[str]] = shlex.split) -> list[Server] | None:
     """The servers of a block of ``claude mcp add`` lines, or None if it has other commands.
 
-    ``claude mcp add [--scope S] [--transport http NAME URL --header H] NAME -- COMMAND ARGS...``."""
+    ``claude mcp add [--scope S] [--transport http NAME URL --header H...] NAME -- COMMAND ARGS...``;
+    ``words_of`` splits a line into words (the runner's expands them as the user's shell would)."""
     servers: list[Server] = []
     lines = [strip_comment(line) for line in logical_lines(body)]
     commands = [line for line in lines if line]
     if not commands or not all(_CLAUDE_ADD.match(line) for line in commands):
         return None
     for line in commands:
-        words = shlex.split(line)[3:]
+        words = words_of(line)[3:]
         if "--" not in words:
             options, positional = _claude_options(words, where)
             if options.get("--transport") != "http" or len(positional) != 2 or not positional[1].startswith("http://"):
                 raise DocError(f"{where}: claude mcp add without -- must be --transport http NAME URL")
-            header = options.get("--header", options.get("-H"))
-            if header is not None and ":" not in header:
-                raise DocError(f"{where}: claude mcp add --header takes 'Name: value'")
-            key, _, value = (header or "").partition(":")
-            pairs = {key.strip(): value.strip()} if header is not None else {}
-            servers.append(_http_server("claude", positional[0], positional[1], pairs, where))
+            servers.append(_http_server("claude", positional[0], positional[1], _claude_headers(options, where), where))
             continue
         cut = words.index("--")
         options, positional = _claude_options(words[:cut], where)
@@ -459,9 +477,11 @@ def claude_servers(body: str, where: str) -> list[Server] | None:
 
 
 _CLAUDE_VALUED = frozenset({"--scope", "-s", "--transport", "-t", "--header", "-H", "--env", "-e"})
+_CLAUDE_REPEATED = frozenset({"--header", "-H", "--env", "-e"})
 
 
 def _claude_options(words: list[str], where: str) -> tuple[dict[str, str], list[str]]:
+    """Options (a repeated one's values joined by newlines) and positional words."""
     options: dict[str, str] = {}
     positional: list[str] = []
     it = iter(words)
@@ -469,7 +489,20 @@ def _claude_options(words: list[str], where: str) -> tuple[dict[str, str], list[
         if word.startswith("-"):
             if word not in _CLAUDE_VALUED:
                 raise DocError(f"{where}: claude mcp add has no option {word}")
-            options[word] = next(it, "")
+            value = next(it, "")
+            options[word] = options[word] + "\n" + value if word in _CLAUDE_REPEATED and word in options else value
         else:
             positional.append(word)
     return options, positional
+
+
+def _claude_headers(options: Mapping[str, str], where: str) -> dict[str, str]:
+    """The ``--header 'Name: value'`` options (``-H`` too), in order."""
+    headers: dict[str, str] = {}
+    for flag in ("--header", "-H"):
+        for header in options[flag].split("\n") if flag in options else ():
+            key, sep, value = header.partition(":")
+            if not sep:
+                raise DocError(f"{where}: claude mcp add --header takes 'Name: value'")
+            headers[key.strip()] = value.strip()
+    return headers

@@ -9,9 +9,11 @@ machine. Long-running commands never block the doc: ``peerd run`` starts in the 
 runner waits for its ready lines; ``peerd join --lan`` starts in the background, the runner waits
 for the output the doc shows, and the next command on that machine first waits for it to finish.
 A bare ``peerd mcp`` is an MCP server: over stdio the runner connects to it as a client and lists
-its tools; over HTTP it waits for the line naming its URL, connects from inside the machine, and
-stops it. MCP client configurations are started (stdio) or connected to (HTTP, on the doc's
-daemon) the same way. Everything started is stopped when the doc ends.
+its tools; over HTTP it waits for the line naming its URL, connects from inside the machine with
+the token it names, and stops it. MCP client configurations are started (stdio) or connected to
+(HTTP, on the doc's daemon, with the headers the client would send: ``claude mcp add`` lines
+expanded by the machine's shell, Codex's token variable set as the doc tells the reader) the same
+way. Everything started is stopped when the doc ends.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -40,6 +43,9 @@ SESSION = Path(__file__).resolve().parent / "docsession.py"
 PROBE = Path(__file__).resolve().parent / "docmcp.py"
 CLIENT_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")  # what MCP clients pass a server by default
 READY = "  stop "  # the last line of `peerd run`'s ready block
+DEFAULT_TOKEN = ".local/share/peerd/local.token"  # in a machine's HOME: the default home's local secret
+TOKEN_VARIABLE = "PEERD_TOKEN"  # the variable the docs tell a reader to hold that secret in
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 class DocFailure(AssertionError):
@@ -246,14 +252,30 @@ class DocRun:
             raise db.DocError(f"{text!r} waits for another machine: show its output in a console block")
 
     def _shell(self, block: db.Block) -> None:
-        servers = db.claude_servers(block.body, block.where)
         m = self.machine(block.machine)
+        servers = db.claude_servers(block.body, block.where, lambda line: self._shell_words(m, line))
         if servers is not None:
             for server in servers:
                 self._serve(m, server, block.where)
             return
         for segment in db.shell_segments(block.body):
             self._command(m, block, db.Command(segment.script, ()), shows=False)
+
+    def _shell_words(self, m: Machine, line: str) -> list[str]:
+        """The words of a command line as the machine's shell makes them (quotes, ``~``, ``$(...)``),
+        with the doc's ``<name>`` values and stand-in paths filled in first."""
+        text = db.substitute(line, self.bound, self.paths(m))
+        done = subprocess.run(self._argv(m, f"printf '%s\\0' {text}"), env=m.env, cwd=m.work, capture_output=True,
+                              text=True, timeout=patience(60), check=False)
+        if done.returncode != 0:
+            raise DocFailure(f"the shell cannot read {text!r}: {done.stderr}")
+        return done.stdout.split("\0")[:-1]
+
+    def _client_variable(self, m: Machine, name: str) -> str:
+        """What a client's environment holds in ``name`` when the reader did as the doc says."""
+        if name != TOKEN_VARIABLE:
+            raise db.DocError(f"${{{name}}}: the docs name no such variable (only {TOKEN_VARIABLE})")
+        return (m.root / DEFAULT_TOKEN).read_text().strip()
 
     def _python(self, m: Machine, block: db.Block) -> None:
         if m.python is None:
@@ -284,7 +306,8 @@ class DocRun:
         paths = self.paths(m)
         if isinstance(server, db.HttpServer):
             url = db.substitute(server.url, self.bound, paths)
-            headers = {k: db.substitute(v, self.bound, paths) for k, v in server.headers}
+            headers = {k: _VARIABLE.sub(lambda v: self._client_variable(m, v.group(1)),
+                                        db.substitute(v, self.bound, paths)) for k, v in server.headers}
             self._probe(m, url, headers, server.role, f"{server.client} server {server.name} ({url})")
             return
         command = db.substitute(server.command, {}, paths)
@@ -329,7 +352,13 @@ class DocRun:
         bg = Background(self._argv(m, f"exec {text}"), m.env, self._cwd(m, block), "serves", text)
         try:
             url = bg.wait_for(db.serving_url, "the line naming its URL")
-            self._probe(m, url, {}, None, text)
+            with bg.changed:
+                said = db.serving_token(list(bg.lines))
+            if said is None:
+                raise DocFailure(f"{text}: it did not say what its clients send")
+            kind, value = said
+            token = Path(value).read_text().strip() if kind == "file" else value
+            self._probe(m, url, {"Authorization": f"Bearer {token}"}, None, text)
         finally:
             bg.stop()
 

@@ -138,7 +138,8 @@ class Parked:
 
     def _wait(self) -> None:
         body = json.dumps({"recipient": self.role, "wait": self.timeout}).encode()
-        self.reply = self.relay("POST", f"{self.receiver.info['local_url']}/api/check", body, self.timeout + 10)
+        self.reply = self.relay("POST", f"{self.receiver.info['local_url']}/api/check", body, self.timeout + 10,
+                                self.receiver.token)
         self.at = time.monotonic()
 
     def start(self) -> Parked:

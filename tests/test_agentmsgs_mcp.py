@@ -24,6 +24,7 @@ from peerd.cli.mcpserve import DEFAULT_HTTP_PORT, Plan, plan
 from peerd.cli.parser import build_parser
 from replica.agentmsgs import App, SQLiteStore
 from tests.daemons import PEERD
+from tests.localclient import mcp_client
 
 ENV = {k: v for k, v in os.environ.items() if k != "PEERD_HOME"}
 
@@ -115,18 +116,31 @@ async def peerd_mcp_http(*argv: str) -> AsyncIterator[dict[str, Any]]:
             await proc.wait()
 
 
+def token_of(served: dict[str, Any]) -> str:
+    """The token an HTTP ``peerd mcp`` answers to: in the file it names (made owner-only), or, in
+    memory, the one it printed."""
+    if "token" in served:
+        return str(served["token"])
+    path = Path(served["token_file"])
+    assert path.stat().st_mode & 0o077 == 0
+    return path.read_text().strip()
+
+
 async def test_worker_loop_over_http_on_a_db_path(tmp_path: Path) -> None:
-    """`peerd mcp --transport http --db-path FILE` serves the worker loop on 127.0.0.1 and stops on SIGTERM."""
+    """`peerd mcp --transport http --db-path FILE` serves the worker loop on 127.0.0.1, to clients with
+    the token it keeps beside the file (FILE.token), and stops on SIGTERM."""
     db = tmp_path / "agentmsgs.db"
     async with peerd_mcp_http("--db-path", str(db)) as served:
         url = served["mcp_url"]
         assert url.startswith("http://127.0.0.1:") and url.endswith("/mcp")
-        async with Client(url) as c:
+        assert served["token_file"] == f"{db}.token" and "token" not in served
+        async with mcp_client(url, token_of(served)) as c:
             tid = await worker_loop(c)
             assert data(await c.call_tool("whoami", {}))["nodeId"] == served["node_id"]
         async with httpx2.AsyncClient(timeout=30) as raw:
             refused = await raw.post(url, json={}, headers={"Origin": "http://evil.example"})
-        assert refused.status_code == 403
+            unauthorized = await raw.post(url, json={}, headers={"Accept": "application/json, text/event-stream"})
+        assert refused.status_code == 403 and unauthorized.status_code == 401
     with App(store=SQLiteStore(db)) as app:
         assert app.replica.node_id == served["node_id"]
         assert [m.content for m in app.poll(tid)] == ["task one", "done: task one", "task two", "done: task two"]
@@ -134,11 +148,11 @@ async def test_worker_loop_over_http_on_a_db_path(tmp_path: Path) -> None:
 
 async def test_http_in_memory_waiting_poll_wakes() -> None:
     """`peerd mcp --in-memory --transport http`: a waiting poll wakes on another session's append."""
-    async with peerd_mcp_http("--in-memory") as served, Client(served["mcp_url"]) as c:
+    async with peerd_mcp_http("--in-memory") as served, mcp_client(served["mcp_url"], token_of(served)) as c:
         for name in ("a", "b"):
             await c.call_tool("create_agent", {"name": name})
         tid = data(await c.call_tool("create_thread", {"participant_names": ["a", "b"]}))["thread_id"]
-        async with Client(served["mcp_url"]) as other:
+        async with mcp_client(served["mcp_url"], token_of(served)) as other:
             waiting = asyncio.create_task(other.call_tool("poll", {"thread_id": tid, "wait": 60}))
             await c.call_tool("append", {"thread_id": tid, "sender_name": "a", "content": "wake"})
             woken = data(await asyncio.wait_for(waiting, 30))

@@ -11,9 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mcp import Client
-
 from tests.daemons import PEERD, Fleet, wait_until
+from tests.localclient import mcp_client
 
 pytest_plugins = ["tests.daemons"]
 
@@ -85,8 +84,8 @@ MESSAGE_KEYS = {"messageId", "from", "fromInstanceId", "channel", "instanceId", 
 RECIPIENT_KEYS = {"role", "instanceId", "receiptId", "state", "deliveredAt", "readAt", "acknowledgedAt"}
 
 
-async def _mcp(url: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    async with Client(url) as client:
+async def _mcp(url: str, token: str | None, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    async with mcp_client(url, token) as client:
         result = await client.call_tool(tool, args)
     assert not result.is_error and isinstance(result.structured_content, dict), result
     return result.structured_content
@@ -98,12 +97,12 @@ def test_cli_local_api_and_mcp_name_a_message_a_receipt_and_a_profile_alike(flee
     url = str(d.info["mcp_url"])
     api_sent = d.send("alpha", "beta", "by the API")
     cli_sent = ok_json("send", "--from", "alpha", "--to", "beta", "by the CLI", home=d.home)
-    mcp_sent = asyncio.run(_mcp(url, "send_message", {"from": "alpha", "channel": "beta", "content": "by MCP"}))
+    mcp_sent = asyncio.run(_mcp(url, d.token, "send_message", {"from": "alpha", "channel": "beta", "content": "by MCP"}))
     assert set(api_sent) == set(cli_sent) == set(mcp_sent)
 
     api_inbox = d.check("beta", limit=1)["messages"]
     cli_inbox = ok_json("inbox", "beta", "--limit", "1", home=d.home)["messages"]
-    mcp_inbox = asyncio.run(_mcp(url, "check_messages", {"recipient": "beta", "limit": 1}))["messages"]
+    mcp_inbox = asyncio.run(_mcp(url, d.token, "check_messages", {"recipient": "beta", "limit": 1}))["messages"]
     assert set(api_inbox[0]) == set(cli_inbox[0]) == set(mcp_inbox[0]) == MESSAGE_KEYS
     assert api_inbox == cli_inbox == mcp_inbox  # the oldest unread, the same item through every door
     assert api_inbox[0]["messageId"] == api_sent["messageId"]
@@ -112,15 +111,15 @@ def test_cli_local_api_and_mcp_name_a_message_a_receipt_and_a_profile_alike(flee
     mid = api_sent["messageId"]
     api_status = d.api("GET", f"/api/messages/{mid}/status")
     cli_status = ok_json("status", mid, home=d.home)
-    mcp_status = asyncio.run(_mcp(url, "message_status", {"messageId": mid}))
+    mcp_status = asyncio.run(_mcp(url, d.token, "message_status", {"messageId": mid}))
     assert api_status == cli_status == mcp_status
     assert set(api_status["recipients"][0]) == RECIPIENT_KEYS
 
-    asyncio.run(_mcp(url, "update_profile", {"orchestratorId": "alpha", "name": "Alpha"}))
+    asyncio.run(_mcp(url, d.token, "update_profile", {"orchestratorId": "alpha", "name": "Alpha"}))
     api_profile = d.api("GET", "/api/profiles/alpha")
     cli_profile = ok_json("profile", "alpha", home=d.home)
     async def mcp_profile() -> Any:
-        async with Client(url) as client:
+        async with mcp_client(url, d.token) as client:
             return (await client.call_tool("get_profile", {"orchestratorId": "alpha"})).structured_content
     assert api_profile == cli_profile == asyncio.run(mcp_profile())
     assert {"orchestratorId", "name", "static", "dynamic", "updatedAt"} <= set(api_profile)

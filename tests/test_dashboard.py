@@ -1,6 +1,7 @@
-"""The dashboard in a real headless Chromium against two real daemons: the page loads, shows the
-fleet, streams a message sent on the other node without a reload, shows receipts change, and
-searches; plus the local routes behind it (loopback checks, security headers, the event stream)."""
+"""The dashboard in a real headless Chromium against two real daemons: the page opens through a
+one-time login link, shows the fleet, streams a message sent on the other node without a reload,
+shows receipts change, and searches; plus the local routes behind it (loopback checks, security
+headers, the event stream)."""
 
 from __future__ import annotations
 
@@ -64,6 +65,18 @@ def _launch(pw: Playwright) -> Browser:
     return pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
 
 
+def open_dashboard(page: Page, d: Daemon) -> None:
+    """Sign the page's browser in to ``d`` with a fresh login link (as ``peerd dashboard`` prints),
+    which lands on the dashboard."""
+    page.goto(d.api("POST", "/api/login", {})["url"])
+    assert page.url == d.info["local_url"] + "/dashboard"
+
+
+def get(d: Daemon, path: str) -> urllib.request.Request:
+    """A GET of ``d``'s local port with its home's token."""
+    return urllib.request.Request(d.info["local_url"] + path, headers=d.auth)
+
+
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1280, "height": 860})
@@ -84,7 +97,8 @@ def test_dashboard_shows_fleet_streams_receipts_and_searches(trio: tuple[Daemon,
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
 
-    page.goto(b.info["local_url"] + "/")
+    open_dashboard(page, b)
+    page.goto(b.info["local_url"] + "/")  # the root leads to the page, on the session's cookie
     assert page.url == b.info["local_url"] + "/dashboard"
     for other in (a, c):
         row = page.locator(f'#peers tr[data-node="{other.short_id}"]')
@@ -148,10 +162,36 @@ def _traffic(a: Daemon, b: Daemon, c: Daemon) -> None:
     b.check("reviewer")
 
 
+def test_the_page_opens_only_through_a_login_link_that_works_once(trio: tuple[Daemon, Daemon, Daemon],
+                                                                page: Page) -> None:
+    """Without a login link the page is refused (401, saying how to get one); a link signs the browser
+    in (an HttpOnly, SameSite=Strict cookie of this port) and works once; the session reads the page
+    and its data, and nothing else: no other route, no write."""
+    _a, b, _c = trio
+    refused = page.goto(b.info["local_url"] + "/dashboard")
+    assert refused is not None and refused.status == 401 and "peerd dashboard" in page.content()
+    url = b.api("POST", "/api/login", {})["url"]
+    page.goto(url)
+    assert page.url == b.info["local_url"] + "/dashboard"
+    (session,) = page.context.cookies()
+    assert session["name"] == f"peerd-session-{b.info['local_port']}" and session["httpOnly"]
+    assert session["sameSite"] == "Strict" and session["path"] == "/"
+    again = page.goto(url)
+    assert again is not None and again.status == 401 and "not valid" in page.content()
+    reach = page.evaluate("""async () => {
+        const get = async (p) => (await fetch(p)).status;
+        const post = await fetch("/api/send", {method: "POST", headers: {"Content-Type": "application/json"},
+                                               body: JSON.stringify({from: "x", channel: "y", content: "z"})});
+        return [await get("/api/status"), await get("/api/messages?limit=1"), await get("/api/peers"),
+                await get("/api/fleet"), post.status];
+    }""")
+    assert reach == [200, 200, 401, 401, 401]
+
+
 def test_message_text_is_shown_as_text_never_html(trio: tuple[Daemon, Daemon, Daemon], page: Page) -> None:
     """Markup in a message from another node is displayed literally and never runs."""
     a, b, _c = trio
-    page.goto(b.info["local_url"] + "/dashboard")
+    open_dashboard(page, b)
     page.locator("#conn.on").wait_for()
     hostile = a.send("mallory", "coder", '<img src=x onerror="window.__pwned=1"><b>bold</b>')
     content = page.locator(f'#stream li[data-id="{hostile["messageId"]}"] .content')
@@ -163,7 +203,7 @@ def test_message_text_is_shown_as_text_never_html(trio: tuple[Daemon, Daemon, Da
 def test_dashboard_shows_a_peer_going_down(trio: tuple[Daemon, Daemon, Daemon], page: Page) -> None:
     """A peer that stops answering turns from live to not live on the open page (this stops c)."""
     _a, b, c = trio
-    page.goto(b.info["local_url"] + "/dashboard")
+    open_dashboard(page, b)
     page.locator(f'#peers tr.live[data-node="{c.short_id}"]').wait_for()
     c.stop()
     dead = page.locator(f'#peers tr.dead[data-node="{c.short_id}"]')
@@ -190,7 +230,7 @@ def test_dashboard_shows_a_catch_up_in_progress(fleet: Fleet, page: Page) -> Non
     fleet.start(a)
     b.spawn()
     b.wait_ready()
-    page.goto(b.info["local_url"] + "/dashboard")
+    open_dashboard(page, b)
     page.locator("#catchup:not([hidden])").wait_for()
     text = page.locator("#catchup-text").inner_text()
     assert text.startswith(f"Catching up from {a.addr}: ") and "ops/s" in text
@@ -210,13 +250,13 @@ def test_dashboard_shows_fleet_news(fleet: Fleet, page: Page) -> None:
     asked = protocol.decode_map(post_raw(f"http://{a.addr}/v1/join", join.request(
         join.ASK, k=joiner, nm="newcomer", c=codes.commit(joiner, nonce)))[1])
     post_raw(f"http://{a.addr}/v1/join", join.request(join.REVEAL, id=asked["id"], nb=nonce))
-    page.goto(a.info["local_url"] + "/dashboard")
+    open_dashboard(page, a)
     page.locator("#fleet-news:not([hidden])").wait_for()
     assert "1 join request(s) wait for approval" in page.locator("#fleet-news").inner_text()
 
     a.api("POST", "/api/fleet/remove", {"node": "x"})
     wait_until(lambda: x.status()["fleet"]["removed_here"], SPREAD, "x to learn it was removed")
-    page.goto(x.info["local_url"] + "/dashboard")
+    open_dashboard(page, x)
     page.locator("#fleet-news:not([hidden])").wait_for()
     assert "This node was removed from the fleet" in page.locator("#fleet-news").inner_text()
 
@@ -228,10 +268,10 @@ def test_dashboard_shows_who_relays_for_whom(fleet: Fleet, page: Page) -> None:
     lap = fleet.add("lap", seeds=[s], config={"reachable": False})
     fleet.start(s, lap)
     wait_until(lambda: lap.status()["relay"]["via"], SPREAD, "lap linked to s")
-    page.goto(lap.info["local_url"] + "/dashboard")
+    open_dashboard(page, lap)
     page.locator("#fleet-news:not([hidden])").wait_for()
     assert f"relayed by s ({s.addr})" in page.locator("#fleet-news").inner_text()
-    page.goto(s.info["local_url"] + "/dashboard")
+    open_dashboard(page, s)
     page.locator("#fleet-news:not([hidden])").wait_for()
     assert "Relaying for lap" in page.locator("#fleet-news").inner_text()
     page.locator("#peers .relay").wait_for()
@@ -246,7 +286,7 @@ def test_page_and_assets_are_served_with_security_headers(trio: tuple[Daemon, Da
     _a, b, _c = trio
     for path, name in [("/dashboard", "index.html"), ("/dashboard/app.js", "app.js"),
                        ("/dashboard/style.css", "style.css")]:
-        with _OPENER.open(b.info["local_url"] + path, timeout=10) as resp:
+        with _OPENER.open(get(b, path), timeout=10) as resp:
             body = resp.read()
             headers = resp.headers
         assert body == asset(name)
@@ -267,7 +307,7 @@ def test_page_refuses_foreign_host_and_origin(trio: tuple[Daemon, Daemon, Daemon
     port = b.info["local_port"]
     for path in ("/dashboard", "/api/events", "/api/messages"):
         for headers in ({"Host": f"evil.example:{port}"}, {"Origin": "http://evil.example"}):
-            req = urllib.request.Request(f"{b.info['local_url']}{path}", headers=headers)
+            req = urllib.request.Request(f"{b.info['local_url']}{path}", headers={**b.auth, **headers})
             with pytest.raises(urllib.error.HTTPError) as err:
                 _OPENER.open(req, timeout=10)
             assert err.value.code == 403
@@ -278,7 +318,7 @@ def test_event_stream_announces_changes(trio: tuple[Daemon, Daemon, Daemon]) -> 
     """/api/events sends hello, then a change event when a message lands from the other node."""
     a, b, _c = trio
     got: list[str] = []
-    resp = _OPENER.open(b.info["local_url"] + "/api/events", timeout=30)
+    resp = _OPENER.open(get(b, "/api/events"), timeout=30)
     assert resp.headers["Content-Type"].startswith("text/event-stream")
 
     def read() -> None:
@@ -328,7 +368,7 @@ def test_open_streams_do_not_hold_up_shutdown(fleet: Fleet) -> None:
     """A daemon with an open event stream and a waiting inbox call still stops promptly on SIGTERM."""
     d = fleet.add("solo")
     fleet.start(d)
-    stream = _OPENER.open(d.info["local_url"] + "/api/events", timeout=30)
+    stream = _OPENER.open(get(d, "/api/events"), timeout=30)
     waiting = threading.Thread(target=lambda: d.call("POST", "/api/check", {"recipient": "nobody", "wait": 120}),
                                daemon=True)
     waiting.start()

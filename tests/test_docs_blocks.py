@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 
 from tests import docblocks as db
@@ -116,6 +118,10 @@ def test_mcp_servers_typed_in_a_shell() -> None:
     assert db.serving_url(["log line", "peerd mcp: serving MCP at http://127.0.0.1:8000/mcp"]) == \
         "http://127.0.0.1:8000/mcp"
     assert db.serving_url(["peerd mcp: starting"]) is None
+    said = "peerd mcp: clients send the header Authorization: Bearer "
+    assert db.serving_token([said + "<the content of /t/a b.db.token>", "x"]) == ("file", "/t/a b.db.token")
+    assert db.serving_token(["log", said + "abc-_1"]) == ("token", "abc-_1")
+    assert db.serving_token(["peerd mcp: serving MCP at http://127.0.0.1:8000/mcp"]) is None
 
 
 def test_client_configurations() -> None:
@@ -125,6 +131,11 @@ def test_client_configurations() -> None:
     assert claude == [db.StdioServer("claude", "peerd", "peerd", ("mcp", "--home", "~/h", "--role", "r")),
                       db.HttpServer("claude", "p", "http://127.0.0.1:1/mcp", (("X", "y"),))]
     assert db.claude_servers("claude --resume\n", "d") is None
+    two = db.claude_servers('claude mcp add --transport http p http://h:1/mcp --header "Authorization: Bearer $(cat t)"'
+                            ' -H "X-Peerd-Role: r"\n', "d", lambda line: [w.replace("$(cat t)", "T") for w in
+                                                                    shlex.split(line)])
+    assert two == [db.HttpServer("claude", "p", "http://h:1/mcp", (("Authorization", "Bearer T"),
+                                                                   ("X-Peerd-Role", "r")))]
     codex = db.toml_servers('[mcp_servers.peerd]\ncommand = "uv"\nargs = ["run", "peerd"]\n', "d")
     assert codex == [db.StdioServer("codex", "peerd", "uv", ("run", "peerd"))]
     generic = db.json_servers('{"mcpServers": {"p": {"command": "peerd", "args": ["mcp"]}}}', "d")
@@ -133,6 +144,10 @@ def test_client_configurations() -> None:
                                  'http_headers = { "X-Peerd-Role" = "r" }\n', "d")
     assert codex_http == [db.HttpServer("codex", "p", "http://127.0.0.1:<local-port>/mcp", (("X-Peerd-Role", "r"),))]
     assert codex_http[0].role == "r"
+    codex_token = db.toml_servers('[mcp_servers.p]\nurl = "http://h:1/mcp"\nbearer_token_env_var = "PEERD_TOKEN"\n'
+                                  'env_http_headers = { "X-Peerd-Role" = "ROLE_VAR" }\n', "d")
+    assert codex_token == [db.HttpServer("codex", "p", "http://h:1/mcp", (("X-Peerd-Role", "${ROLE_VAR}"),
+                                                                         ("Authorization", "Bearer ${PEERD_TOKEN}")))]
     by_query = db.json_servers('{"mcpServers": {"p": {"type": "http", "url": "http://h:1/mcp?role=q&instance=i"}}}',
                                "d")
     assert by_query == [db.HttpServer("json", "p", "http://h:1/mcp?role=q&instance=i")] and by_query[0].role == "q"

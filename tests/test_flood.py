@@ -126,7 +126,7 @@ def mcp_initialize(d: Daemon) -> None:
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "flood", "version": "1"}}}).encode()
     req = urllib.request.Request(d.info["mcp_url"], data=body, method="POST", headers={
-        "Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+        "Content-Type": "application/json", "Accept": "application/json, text/event-stream", **d.auth})
     with _OPENER.open(req, timeout=300) as resp:  # a guard against a hang: the first call builds MCP
         assert resp.status == 200 and b'"serverInfo"' in resp.read()
 

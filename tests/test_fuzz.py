@@ -160,7 +160,7 @@ QUERY_VALUES = st.one_of(TEXT, INTS.map(str), st.sampled_from(["%00", "%ED%A0%80
 @given(path=st.sampled_from(["/api/send", "/api/check", "/api/read", "/api/profiles"]), body=api_bodies())
 def test_the_local_api_answers_any_body_without_a_500(daemon: Daemon, path: str, body: bytes) -> None:
     """Any POST body to the JSON API: 200, 400 or 404 (with a JSON error), never a 500."""
-    status, _ = daemon.transport("POST", f"{daemon.info['local_url']}{path}", body, 30)
+    status, _ = daemon.transport("POST", f"{daemon.info['local_url']}{path}", body, 30, daemon.token)
     assert status in (200, 400, 404)
 
 
@@ -175,7 +175,7 @@ def test_the_local_api_answers_any_query_without_a_500(daemon: Daemon, path: str
     if "wait" in params:
         query = query.replace(f"wait={quote(params['wait'], safe='%', errors='surrogatepass')}", "wait=0")
     url = daemon.info["local_url"] + path.format(v=quote(value, safe="%", errors="surrogatepass")) + "?" + query
-    status, _ = daemon.transport("GET", url, None, 30)
+    status, _ = daemon.transport("GET", url, None, 30, daemon.token)
     assert status in (200, 400, 404)
 
 

@@ -1,5 +1,6 @@
 """The one local server (``peerd.local``): its Host/Origin guard, its bounds on connections, heads and
 bodies, MCP mounted on first use, and a local API that answers bad input with 400, never 500.
+(Who is admitted, and what bodies are, is ``tests/test_local_auth.py``'s.)
 
 Real servers throughout: a ``peerd run`` daemon (started under ``python -X importtime`` so its log
 shows what it imported when), or ``LocalServer`` on 127.0.0.1 port 0 with small limits.
@@ -23,13 +24,13 @@ import httpx2
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mcp import Client
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
+from mcp_server.localauth import LocalAuth
 from mcp_server.localguard import LOOPBACK_NAMES, host_allowed, origin_allowed, refusal
 from peerd.apiargs import parse_body
 from peerd.lazymount import LazyMount, McpBuilder
@@ -37,6 +38,7 @@ from peerd.limits import LOCAL_CONNECTIONS, connection_cap
 from peerd.local import Limits, LocalServer, build_app, find_local_app
 from replica import InvalidArgument
 from tests.daemons import Daemon, Fleet, message_ids
+from tests.localclient import mcp_client
 
 pytest_plugins = ["tests.daemons"]
 
@@ -60,12 +62,22 @@ def model_host(value: str) -> bool:
     return False
 
 
-def model_origin(value: str) -> bool:
+def model_origin(value: str, port: int) -> bool:
+    """An independent statement of the Origin rule: ``http://``, a loopback name, and this very port
+    (none for 80), written as a browser writes it."""
     low = value.lower() if value.isascii() else value
-    for scheme in ("http://", "https://"):
-        if low.startswith(scheme):
-            return model_host(value[len(scheme):])
+    if not low.startswith("http://"):
+        return False
+    rest = value[len("http://"):]
+    for name in LOOPBACK_NAMES:
+        if rest.lower() == name:
+            return port == 80
+        if rest.lower() == f"{name}:{port}":
+            return True
     return False
+
+
+OWN_PORT = 7734
 
 
 PIECES = ["127.0.0.1", "localhost", "LocalHost", "[::1]", "[::1", "::1", "[0:0:0:0:0:0:0:1]", "127.0.0.2",
@@ -103,32 +115,34 @@ def test_host_rule_matches_its_model(value: str) -> None:
     assert host_allowed(value) == model_host(value)
 
 
-@given(header_values)
-def test_origin_rule_matches_its_model(value: str) -> None:
-    """Fuzzed Origin values: accepted exactly when http(s):// plus an accepted Host, nothing more."""
-    assert origin_allowed(value) == model_origin(value)
+@given(header_values | st.integers(0, 70_000).map(lambda p: f"http://localhost:{p}"), st.sampled_from([OWN_PORT, 80]))
+def test_origin_rule_matches_its_model(value: str, port: int) -> None:
+    """Fuzzed Origin values: accepted exactly when http:// plus a loopback name and the server's own port."""
+    assert origin_allowed(value, port) == model_origin(value, port)
 
 
 @given(st.lists(st.tuples(st.sampled_from([b"host", b"Host", b"origin", b"ORIGIN", b"x-other"]) | st.binary(max_size=8),
                           st.binary(max_size=40)), max_size=6))
 def test_refusal_never_raises_and_never_lets_a_foreign_host_through(headers: list[tuple[bytes, bytes]]) -> None:
     """Any header list: refusal() returns a reason or None, and None only for one loopback Host."""
-    reason = refusal(headers)
+    reason = refusal(headers, OWN_PORT)
     hosts = [v.decode("latin-1") for k, v in headers if k.lower() == b"host"]
     origins = [v.decode("latin-1") for k, v in headers if k.lower() == b"origin"]
     if reason is None:
         assert len(hosts) == 1 and model_host(hosts[0])
-        assert len(origins) <= 1 and all(model_origin(o) for o in origins)
+        assert len(origins) <= 1 and all(model_origin(o, OWN_PORT) for o in origins)
 
 
 def test_regressions_of_the_two_old_guards() -> None:
     """Each value that one of the old guards got wrong now gets the one right answer."""
     assert not host_allowed("localhost:80@evil.example")
-    assert not origin_allowed("http://[::1].evil.example")
-    assert not origin_allowed("http://[::1")
-    assert not origin_allowed("null") and not origin_allowed("") and not origin_allowed("http://localhost/")
+    assert not origin_allowed("http://[::1].evil.example", 80)
+    assert not origin_allowed("http://[::1", 80)
+    assert not origin_allowed("null", 80) and not origin_allowed("", 80) and not origin_allowed("http://localhost/", 80)
     assert host_allowed("[::1]") and host_allowed("[::1]:7734") and host_allowed("LOCALHOST:1")
-    assert origin_allowed("http://[::1]:3000") and origin_allowed(None)
+    assert origin_allowed("http://[::1]:3000", 3000) and origin_allowed(None, 3000) and origin_allowed(None, None)
+    assert not origin_allowed("http://[::1]:3000", 7734) and not origin_allowed("http://localhost:7734", None)
+    assert not origin_allowed("https://localhost:7734", 7734) and not origin_allowed("http://localhost:07734", 7734)
     assert not host_allowed("127.0.0.1:0") and not host_allowed("127.0.0.1:65536") and not host_allowed(None)
 
 
@@ -162,6 +176,11 @@ MCP_INIT = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "param
 MCP_HEADERS = [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")]
 
 
+def authorized(d: Daemon) -> list[tuple[str, str]]:
+    """The header that admits a client of ``d`` (its home's token)."""
+    return [("Authorization", f"Bearer {d.token}")]
+
+
 # -- a real daemon --------------------------------------------------------------------------------
 
 
@@ -191,7 +210,7 @@ def test_daemon_starts_without_the_mcp_sdk_and_loads_it_on_the_first_mcp_request
     assert not MCP_IMPORT.search(started), MCP_IMPORT.findall(started)[:5]
 
     async def whoami() -> dict[str, Any]:
-        async with Client(f"{daemon.info['mcp_url']}?role=lazy") as c:
+        async with mcp_client(f"{daemon.info['mcp_url']}?role=lazy", daemon.token) as c:
             result = await c.call_tool("whoami", {})
             assert isinstance(result.structured_content, dict)
             return result.structured_content
@@ -239,7 +258,7 @@ def test_foreign_host_or_origin_gets_the_same_403_on_api_and_mcp(daemon: Daemon,
 def test_every_loopback_host_spelling_is_served_on_api_and_mcp(daemon: Daemon, host: str) -> None:
     """Host `[::1]` (with or without a port), `localhost`, `127.0.0.1` reach both the API and MCP."""
     port = daemon.info["local_port"]
-    headers = [("Host", host.format(port=port)), ("Origin", f"http://[::1]:{port}")]
+    headers = [("Host", host.format(port=port)), ("Origin", f"http://[::1]:{port}"), *authorized(daemon)]
     status, payload = raw_request(port, "GET", "/api/digest", headers)
     assert status == 200 and "digest" in json.loads(payload)
     status, payload = raw_request(port, "POST", "/mcp", [*headers, *MCP_HEADERS], MCP_INIT)
@@ -255,9 +274,10 @@ def test_fuzzed_headers_over_the_daemon_get_403_or_service_never_500(daemon: Dae
     name, value = header
     port = daemon.info["local_port"]
     host = [] if name == "Host" else [("Host", f"localhost:{port}")]
-    allowed = model_host(value) if name == "Host" else model_origin(value)
+    allowed = model_host(value) if name == "Host" else model_origin(value, port)
     for method, path in (("GET", "/api/digest"), ("POST", "/mcp")):
-        status, _ = raw_request(port, method, path, [*host, (name, value), *MCP_HEADERS], MCP_INIT * (path == "/mcp"))
+        status, _ = raw_request(port, method, path, [*host, (name, value), *MCP_HEADERS, *authorized(daemon)],
+                                MCP_INIT * (path == "/mcp"))
         assert status != 500
         assert (status == 403) == (not allowed), (path, status)
 
@@ -268,6 +288,7 @@ def test_a_300_mb_declared_body_is_refused_unread(daemon: Daemon) -> None:
     before = rss_kib(pid)
     with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
         s.sendall(f"POST /api/send HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+                  f"Authorization: Bearer {daemon.token}\r\n"
                   f"Content-Length: {300 * MiB}\r\n\r\n".encode())
         answer = b""
         while chunk := s.recv(65536):  # the daemon answers and closes: it will read nothing more
@@ -287,7 +308,8 @@ def test_a_chunked_body_is_cut_off_at_the_limit(daemon: Daemon) -> None:
     frame = b"%x\r\n" % chunk + b"x" * chunk + b"\r\n"
     pushed = 0
     with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
-        s.sendall(f"POST /api/send HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nTransfer-Encoding: chunked\r\n\r\n".encode())
+        s.sendall(f"POST /api/send HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nTransfer-Encoding: chunked\r\n"
+                  f"Content-Type: application/json\r\nAuthorization: Bearer {daemon.token}\r\n\r\n".encode())
         try:
             while pushed < 300 * MiB:
                 pushed += s.send(frame)
@@ -330,7 +352,8 @@ def test_bad_json_bodies_get_400_naming_the_problem(daemon: Daemon, path: str, b
     """Lone surrogates, 2^63+ integers, NaN, deep nesting, wrong types: 400 with a reason, nothing written."""
     port = daemon.info["local_port"]
     before = message_ids(daemon.db)
-    status, payload = raw_request(port, "POST", path, [("Host", f"127.0.0.1:{port}")], body)
+    status, payload = raw_request(port, "POST", path, [("Host", f"127.0.0.1:{port}"),
+                                                       ("Content-Type", "application/json"), *authorized(daemon)], body)
     assert (status, reason in json.loads(payload)["error"]) == (400, True), payload
     assert message_ids(daemon.db) == before
 
@@ -390,12 +413,15 @@ async def echo(r: Request) -> Response:
 
 
 ROUTES = [Route("/ping", ping), Route("/echo", echo, methods=["POST"])]
+TOKEN = "t" * 43
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+AUTH_LINE = f"Authorization: Bearer {TOKEN}\r\n".encode()
 
 
 @asynccontextmanager
 async def small_server(mcp: McpBuilder | None = None, **limits: Any) -> AsyncIterator[LocalServer]:
     bounds = Limits(**{"max_connections": 4, "head_timeout": 0.5, "body_timeout": 0.5, **limits})
-    async with LocalServer(build_app(ROUTES, mcp, bounds), limits=bounds) as server:
+    async with LocalServer(build_app(ROUTES, mcp, bounds, auth=LocalAuth(TOKEN)), limits=bounds) as server:
         yield server
 
 
@@ -415,14 +441,16 @@ async def test_a_head_that_never_completes_is_dropped() -> None:
     async with small_server() as server:
         assert await exchange(server.port, b"") == b""
         assert await exchange(server.port, b"GET /ping HTTP/1.1\r\nHost: 127.0.0.1\r\n") == b""
-        answer = await exchange(server.port, b"GET /ping HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        answer = await exchange(server.port, b"GET /ping HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                                + AUTH_LINE + b"\r\n")
         assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"pong")
 
 
 async def test_a_body_that_stalls_gets_408() -> None:
     """A body that stops arriving gets 408 with the JSON error once the body timeout passes."""
     async with small_server() as server:
-        answer = await exchange(server.port, b"POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n12")
+        answer = await exchange(server.port, b"POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n"
+                                b"Content-Type: application/json\r\n" + AUTH_LINE + b"\r\n12")
         assert answer.startswith(b"HTTP/1.1 408 ")
         assert b'{"error":"request body not received within 0.5 s"}' in answer
 
@@ -433,10 +461,10 @@ async def test_connections_over_the_cap_are_closed_at_once() -> None:
         held = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(4)]
         assert await asyncio.wait_for(exchange(server.port, b""), 10) == b""  # closed unanswered, not timed out
         reader, writer = held.pop()
-        writer.write(b"GET /ping HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        writer.write(b"GET /ping HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + AUTH_LINE + b"\r\n")
         assert (await reader.read()).endswith(b"pong")  # a held connection is served
         writer.close()
-        async with httpx2.AsyncClient(timeout=10) as client:
+        async with httpx2.AsyncClient(timeout=10, headers=AUTH) as client:
             for _ in range(500):  # the server frees the slot when it sees the close
                 try:
                     if (await client.get(f"{server.url}/ping")).text == "pong":
@@ -486,7 +514,7 @@ async def test_mcp_is_built_once_off_the_loop_and_stopped_with_the_server() -> N
     """The first /mcp request builds in a worker thread while the loop keeps serving; concurrent first
     requests share that one build; its lifespan starts then and stops when the server stops."""
     fake = FakeMcp()
-    async with small_server(fake, max_connections=16) as server, httpx2.AsyncClient(timeout=30) as client:
+    async with small_server(fake, max_connections=16) as server, httpx2.AsyncClient(timeout=30, headers=AUTH) as client:
         first = [asyncio.create_task(client.post(server.mcp_url)) for _ in range(3)]
         assert await asyncio.to_thread(fake.building.wait, 30)
         assert (await client.get(f"{server.url}/ping")).text == "pong"  # the loop is free during the build
@@ -514,7 +542,7 @@ async def test_a_failed_mcp_build_gets_503_and_the_next_request_retries() -> Non
     """If building MCP fails the request gets 503 with the JSON error; the next request builds again."""
     fake = FakeMcp(fail_first=True)
     fake.release.set()
-    async with small_server(fake) as server, httpx2.AsyncClient(timeout=30) as client:
+    async with small_server(fake) as server, httpx2.AsyncClient(timeout=30, headers=AUTH) as client:
         failed = await client.post(server.mcp_url)
         assert failed.status_code == 503 and "no SDK here" in failed.json()["error"]
         assert (await client.post(server.mcp_url)).text == "mcp"

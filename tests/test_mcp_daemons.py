@@ -10,6 +10,7 @@ from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult
 
 from tests.daemons import PEERD, Daemon, Fleet, patience, wait_until
+from tests.localclient import mcp_client
 from tests.waiting import eventually
 
 pytest_plugins = ["tests.daemons"]
@@ -33,7 +34,8 @@ async def test_send_on_a_wakes_waiting_check_on_b_and_read_shows_on_a(fleet: Fle
     fleet.mesh()
     fleet.start()
     await asyncio.to_thread(live_with, a, b)
-    async with Client(f"{a.info['mcp_url']}?role=alpha") as ca, Client(f"{b.info['mcp_url']}?role=beta") as cb:
+    async with (mcp_client(f"{a.info['mcp_url']}?role=alpha", a.token) as ca,
+                mcp_client(f"{b.info['mcp_url']}?role=beta", b.token) as cb):
         before = (await asyncio.to_thread(b.status))["waiting"]
         waiting = asyncio.create_task(cb.call_tool("check_messages", {"wait": 20}))
         await eventually(lambda: b.status()["waiting"] > before, 10, "B's check_messages to wait", in_thread=True)

@@ -1,4 +1,5 @@
-"""The official MCP Inspector CLI against peerd over stdio and HTTP.
+"""The official MCP Inspector CLI against peerd over stdio and HTTP (the HTTP server guarded by the
+home's token, which the Inspector sends as docs/mcp.md shows: ``--header "Authorization: Bearer ..."``).
 
 Needs the pinned Inspector and Node 22 from ``npm ci --prefix tools/inspector``;
 without them these tests fail (they never skip).
@@ -17,7 +18,10 @@ from typing import Any
 import pytest
 
 from mcp_server import TOOLS, Wiring
+from mcp_server.localauth import LocalAuth
+from peerd import home as homes
 from peerd.local import LocalServer, build_app
+from peerd.localauth import file_auth
 from replica import open_home
 from tests.waiting import patience
 
@@ -27,6 +31,16 @@ NODE = INSPECTOR_DIR / "node_modules" / ".bin" / "node"
 LAUNCHER = (INSPECTOR_DIR / "node_modules" / "@modelcontextprotocol" / "inspector" / "clients" / "launcher"
             / "build" / "index.js")
 TOOL_ERROR_EXIT = 5
+
+
+def home_auth(home: Path) -> LocalAuth:
+    """The credentials of a server on ``home``: its local.token (made now)."""
+    return file_auth(homes.local_token_path(home))
+
+
+def authorization(home: Path) -> str:
+    """The header a client sends, as docs/mcp.md shows: the home's local.token as a bearer token."""
+    return f"Authorization: Bearer {homes.local_token_path(home).read_text().strip()}"
 
 
 @dataclass(frozen=True)
@@ -118,8 +132,9 @@ async def test_inspector_runs_vantagepeers_payloads_over_stdio_and_http(tmp_path
     with open_home(tmp_path / "http-home") as replica:
         wiring = Wiring.over(replica)
         try:
-            async with LocalServer(build_app([], wiring.mcp_http())) as server:
-                await check_vantagepeers_calls(inspector_env, [server.mcp_url, "--transport", "http"], [])
+            async with LocalServer(build_app([], wiring.mcp_http(), auth=home_auth(tmp_path / "http-home"))) as server:
+                target = [server.mcp_url, "--transport", "http", "--header", authorization(tmp_path / "http-home")]
+                await check_vantagepeers_calls(inspector_env, target, [])
         finally:
             wiring.close()
 
@@ -136,11 +151,15 @@ async def test_inspector_over_stdio(tmp_path: Path, inspector_env: dict[str, str
 
 async def test_inspector_over_http(tmp_path: Path, inspector_env: dict[str, str]) -> None:
     """The same Inspector checks pass against streamable HTTP on the daemon's local server, role bound by a header."""
-    with open_home(tmp_path / "home") as replica:
+    home = tmp_path / "home"
+    with open_home(home) as replica:
         wiring = Wiring.over(replica)
         try:
-            async with LocalServer(build_app([], wiring.mcp_http())) as server:
-                target = [server.mcp_url, "--transport", "http", "--header", "X-Peerd-Role: gamma"]
+            async with LocalServer(build_app([], wiring.mcp_http(), auth=home_auth(home))) as server:
+                refused = await inspect(inspector_env, server.mcp_url, "--transport", "http", "--method", "tools/list")
+                assert refused.code != 0 and "auth_required" in refused.err, refused  # without the header: 401
+                target = [server.mcp_url, "--transport", "http", "--header", authorization(home),
+                          "--header", "X-Peerd-Role: gamma"]
                 await check_inspector(inspector_env, target, [], "gamma")
         finally:
             wiring.close()

@@ -1,5 +1,6 @@
 """MCP over real transports: the stdio server process, and streamable HTTP on the daemon's own local
-server (``peerd.local``: the same app builder, guard and uvicorn embedding as ``peerd run``)."""
+server (``peerd.local``: the same app builder, guard and uvicorn embedding as ``peerd run``), whose
+clients send its token as peerd's documented configurations do."""
 
 from __future__ import annotations
 
@@ -20,12 +21,15 @@ from mcp.types import CallToolResult
 
 from mcp_server import TOOLS, Wiring
 from mcp_server.__main__ import parse_args
+from mcp_server.localauth import LocalAuth
 from peerd.local import LocalServer, build_app
 from replica import Replica, open_home
 from replica.ops import MAX_CONTENT_BYTES
+from tests.localclient import bearer, mcp_client
 from tests.waiting import eventually, patience
 
 REPO = Path(__file__).resolve().parent.parent
+TOKEN = "s" * 43
 
 
 @pytest.fixture
@@ -55,7 +59,7 @@ async def http_host(replica: Replica) -> AsyncIterator[tuple[LocalServer, Wiring
     """MCP over HTTP on ``replica``, and its wiring (whose waiter a test watches)."""
     wiring = await asyncio.to_thread(Wiring.watching, replica)  # the HTTP host's one feed, as in the daemon
     try:
-        async with LocalServer(build_app([], wiring.mcp_http(fleet_id=lambda: "f1"))) as server:
+        async with LocalServer(build_app([], wiring.mcp_http(fleet_id=lambda: "f1"), auth=LocalAuth(TOKEN))) as server:
             yield server, wiring
     finally:
         await wiring.aclose()
@@ -130,7 +134,7 @@ r.close()
 
 async def test_in_process_wait_sees_another_process_write(home: Path, replica: Replica) -> None:
     """An HTTP session's wait wakes within 0.5 s of a commit by a separate process on the same file."""
-    async with http_host(replica) as (server, wiring), Client(server.mcp_url) as c:
+    async with http_host(replica) as (server, wiring), mcp_client(server.mcp_url, TOKEN) as c:
         call = asyncio.create_task(c.call_tool("check_messages", {"recipient": "beta", "wait": 30}))
         await eventually(lambda: wiring.waiter.waiting, 10, "the call to wait")  # an unbound session: no pusher waits
         writer = await asyncio.create_subprocess_exec(
@@ -150,13 +154,13 @@ async def test_http_binds_sessions_by_query_and_by_headers(replica: Replica) -> 
     """?role=&instance= and X-Peerd-Role / X-Peerd-Instance bind a session; arguments still win."""
     async with http_server(replica) as server:
         assert server.port > 0 and server.mcp_url == f"http://127.0.0.1:{server.port}/mcp"
-        async with Client(f"{server.mcp_url}?role=alpha&instance=a1") as c:
+        async with mcp_client(f"{server.mcp_url}?role=alpha&instance=a1", TOKEN) as c:
             me = data(await c.call_tool("whoami", {}))
             assert (me["role"], me["instanceId"], me["fleetId"]) == ("alpha", "a1", "f1")
             sent = data(await c.call_tool("send_message", {"channel": "beta", "content": "hi"}))
             assert (sent["from"], sent["fromInstanceId"]) == ("alpha", "a1")
         headers = {"X-Peerd-Role": "beta", "X-Peerd-Instance": "b7"}
-        async with (httpx2.AsyncClient(headers=headers, timeout=30) as hc,
+        async with (httpx2.AsyncClient(headers={**headers, **bearer(TOKEN)}, timeout=30) as hc,
                     Client(streamable_http_client(server.mcp_url, http_client=hc)) as c):
             me = data(await c.call_tool("whoami", {}))
             assert (me["role"], me["instanceId"]) == ("beta", "b7")
@@ -169,7 +173,7 @@ async def test_http_legacy_handshake_clients_work(replica: Replica) -> None:
     """A client on the initialize handshake (session ids) gets the tools and its binding, and reads a
     largest message: answers are one JSON body, never an SSE event over the SDK client's 1 MiB cap."""
     largest = "\x01" * MAX_CONTENT_BYTES  # escaped in JSON: 6 bytes each
-    async with http_server(replica) as server, Client(f"{server.mcp_url}?role=gamma", mode="legacy") as c:
+    async with http_server(replica) as server, mcp_client(f"{server.mcp_url}?role=gamma", TOKEN, mode="legacy") as c:
         assert c.protocol_version < "2026"
         assert data(await c.call_tool("whoami", {}))["role"] == "gamma"
         await c.call_tool("send_message", {"from": "alpha", "channel": "gamma", "content": largest})
@@ -188,9 +192,28 @@ async def test_http_refuses_foreign_host_or_origin(replica: Replica, headers: di
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
             "params": {"name": "send_message", "arguments": {"from": "x", "channel": "y", "content": "z"}}}
     before = replica.state_digest()
-    async with http_server(replica) as server, httpx2.AsyncClient(timeout=10) as raw:
+    async with http_server(replica) as server, httpx2.AsyncClient(timeout=10, headers=bearer(TOKEN)) as raw:
         refused = await raw.post(server.mcp_url, json=body, headers=headers)
         local = await raw.post(server.mcp_url, json={}, headers={"Origin": f"http://localhost:{server.port}"})
     assert refused.status_code == 403
-    assert local.status_code != 403
+    assert local.status_code not in (401, 403)
+    assert replica.state_digest() == before
+
+
+async def test_http_needs_the_token_and_a_json_body(replica: Replica) -> None:
+    """Without the token (or with a wrong one) /mcp answers 401 before MCP sees the request; a body a
+    web form could send gets 415; with the token and JSON, MCP answers."""
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    accept = {"Accept": "application/json, text/event-stream"}
+    before = replica.state_digest()
+    async with http_server(replica) as server, httpx2.AsyncClient(timeout=10) as raw:
+        for token in (None, "wrong"):
+            refused = await raw.post(server.mcp_url, json=init, headers={**accept, **bearer(token)})
+            assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
+        form = await raw.post(server.mcp_url, content=b"{}", headers={**accept, **bearer(TOKEN),
+                                                                       "Content-Type": "text/plain"})
+        assert form.status_code == 415
+        ok = await raw.post(server.mcp_url, json=init, headers={**accept, **bearer(TOKEN)})
+        assert ok.status_code == 200 and "serverInfo" in ok.text
     assert replica.state_digest() == before

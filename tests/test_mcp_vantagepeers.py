@@ -26,6 +26,7 @@ from replica import open_home
 from replica.ops import MAX_CONTENT_BYTES, MAX_JSON_REQUEST_BYTES
 from replica.stamps import iso_ms, ms_of_iso
 from tests.daemons import Fleet, message_ids, read_only, wait_until
+from tests.localclient import mcp_client
 
 pytest_plugins = ["tests.daemons"]
 
@@ -50,7 +51,7 @@ async def vp_client(kind: str, tmp_path: Path, fleet: Fleet) -> AsyncIterator[Cl
     else:
         daemon = fleet.add("a")
         await asyncio.to_thread(fleet.start)
-        async with Client(daemon.info["mcp_url"]) as client:
+        async with mcp_client(daemon.info["mcp_url"], daemon.token) as client:
             yield client
 
 
@@ -364,7 +365,7 @@ async def test_900_kb_messages_sync_between_daemons_page_by_page(fleet: Fleet) -
     fleet.mesh()
     await asyncio.to_thread(fleet.start)
     big = ["\x01" * MAX_CONTENT_BYTES, "é" * (MAX_CONTENT_BYTES // 2), "z" * MAX_CONTENT_BYTES]
-    async with Client(a.info["mcp_url"]) as ca, Client(b.info["mcp_url"]) as cb:
+    async with mcp_client(a.info["mcp_url"], a.token) as ca, mcp_client(b.info["mcp_url"], b.token) as cb:
         sent = [await call(ca, "send_message", {"from": "alpha", "channel": "beta", "content": c}) for c in big]
         ids = {s["messageId"] for s in sent}
         await asyncio.to_thread(wait_until, lambda: ids <= message_ids(b.db), 60, "the big messages on b")
@@ -387,7 +388,7 @@ async def test_delete_message_on_one_daemon_drops_the_content_on_the_other(fleet
     a, b = fleet.add("a"), fleet.add("b")
     fleet.mesh()
     await asyncio.to_thread(fleet.start)
-    async with Client(a.info["mcp_url"]) as ca, Client(b.info["mcp_url"]) as cb:
+    async with mcp_client(a.info["mcp_url"], a.token) as ca, mcp_client(b.info["mcp_url"], b.token) as cb:
         sent = await call(ca, "send_message", {"from": "sigma", "channel": "beta", "content": "vault code 1234"})
         mid = sent["messageId"]
         await asyncio.to_thread(wait_until, lambda: mid in message_ids(b.db), 30, "the message on b")

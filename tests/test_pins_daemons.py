@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mcp import Client, StdioServerParameters
+from mcp import StdioServerParameters
 
 from peerd import doctor, protocol
 from peerd.config import decode_fleet_key
@@ -23,6 +23,7 @@ from replica import identity, key_path
 from replica import ops as opsmod
 from tests.channels import data, pushed_client
 from tests.daemons import PEERD, Daemon, Fleet, patience, post_raw, read_only, wait_until
+from tests.localclient import mcp_client
 
 pytest_plugins = ["tests.daemons"]
 
@@ -133,7 +134,7 @@ async def test_every_message_read_says_which_node_sent_it(fleet: Fleet) -> None:
         event = await pushes.next_event()
         assert event.meta["message_id"] == sent["messageId"]
         assert (event.meta["from_node"], event.meta["from_node_name"]) == (a.node_id, "a")
-    async with Client(f"{b.info['mcp_url']}?role=bob") as cb:
+    async with mcp_client(f"{b.info['mcp_url']}?role=bob", b.token) as cb:
         inbox = data(await cb.call_tool("check_messages", {}))
         assert [(m["messageId"], m["fromNode"]) for m in inbox["messages"]] == [(sent["messageId"], node_a)]
     shown = await asyncio.to_thread(cli, b.home, "inbox", "bob", "--all", "--json")
@@ -144,7 +145,7 @@ async def test_every_message_read_says_which_node_sent_it(fleet: Fleet) -> None:
 
     assert (await asyncio.to_thread(cli, a.home, "role", "pin", "alice", a.node_id[:8])).returncode == 0
     await asyncio.to_thread(wait_until, lambda: pins_held(b) == 1, 30, "the pin on b")
-    async with Client(f"{b.info['mcp_url']}?role=alice") as alice_on_b:
+    async with mcp_client(f"{b.info['mcp_url']}?role=alice", b.token) as alice_on_b:
         result = await alice_on_b.call_tool("send_message", {"channel": "bob", "content": "not from b"})
         assert result.is_error
         said = " ".join(getattr(c, "text", "") for c in result.content)

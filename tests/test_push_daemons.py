@@ -90,9 +90,9 @@ def sse_data(body: str) -> list[dict[str, Any]]:
 
 
 @asynccontextmanager
-async def raw_session(url: str) -> AsyncIterator[tuple[httpx2.AsyncClient, dict[str, str]]]:
-    """An MCP session over plain HTTP: initialize and initialized, no GET stream yet."""
-    async with httpx2.AsyncClient(timeout=30) as http:
+async def raw_session(url: str, token: str | None) -> AsyncIterator[tuple[httpx2.AsyncClient, dict[str, str]]]:
+    """An MCP session over plain HTTP (with the home's token): initialize and initialized, no GET stream yet."""
+    async with httpx2.AsyncClient(timeout=30, headers={"Authorization": f"Bearer {token}"}) as http:
         init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
         resp = await http.post(url, json=init, headers=MCP_HEADERS)
@@ -116,7 +116,7 @@ async def test_http_session_push_waits_for_its_stream(fleet: Fleet) -> None:
     d = fleet.add("d")
     await asyncio.to_thread(fleet.start, d)
     url = d.info["mcp_url"]
-    async with raw_session(url) as (http, headers):
+    async with raw_session(url, d.token) as (http, headers):
         early = await asyncio.to_thread(d.send, "alpha", "beta", "before the stream")
         opened_ms = time.time() * 1000
         async with http.stream("GET", url, headers={**headers, "Accept": "text/event-stream"}) as stream:
@@ -147,7 +147,7 @@ async def test_sdk_client_on_http_gets_pushes_for_its_header_role(fleet: Fleet) 
     d = fleet.add("d")
     await asyncio.to_thread(fleet.start, d)
     # the first /mcp request waits for the daemon to load MCP: slow on a busy machine (httpx's default is 5 s)
-    async with httpx2.AsyncClient(headers={"X-Peerd-Role": "beta"}, timeout=patience(30)) as http, pushed_client(
+    async with httpx2.AsyncClient(headers={"X-Peerd-Role": "beta", **d.auth}, timeout=patience(30)) as http, pushed_client(
             streamable_http_client(d.info["mcp_url"], http_client=http)) as (client, pushes):
         assert data(await client.call_tool("whoami", {}))["role"] == "beta"
         await asyncio.to_thread(d.send, "alpha", "gamma", "not mine")

@@ -105,6 +105,6 @@ async def test_http_sessions_choose_by_header_or_query(fleet: Fleet) -> None:
     d = fleet.add("a")
     fleet.start()
     url = str(d.info["mcp_url"])
-    assert await _names(url, {}) == EVERY | {"replay_unread"}  # HTTP sessions get pushes
-    assert await _names(url, {"X-Peerd-Tools": "vantage"}) == VANTAGE  # replay_unread too: HTTP pushes
-    assert await _names(f"{url}?tools=agentmsgs", {}) == AGENTMSGS
+    assert await _names(url, d.auth) == EVERY | {"replay_unread"}  # HTTP sessions get pushes
+    assert await _names(url, {"X-Peerd-Tools": "vantage", **d.auth}) == VANTAGE  # replay_unread too: HTTP pushes
+    assert await _names(f"{url}?tools=agentmsgs", d.auth) == AGENTMSGS

@@ -251,9 +251,9 @@ async def test_pusher_alone_steps_past_writes_without_reading_them(tmp_path: Pat
 # -- daemon stop ends waiting requests ---------------------------------------------------------------------
 
 
-def stream(port: int, path: str) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    conn.request("GET", path)
+def stream(d: Daemon, path: str) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    conn = http.client.HTTPConnection("127.0.0.1", int(d.info["local_port"]), timeout=60)
+    conn.request("GET", path, headers=d.auth)
     return conn, conn.getresponse()
 
 
@@ -264,11 +264,12 @@ def test_waiting_api_requests_and_streams_end_at_daemon_stop(fleet: Fleet) -> No
     fleet.start(d)
     port = int(d.info["local_port"])
     check = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    check.request("POST", "/api/check", body=json.dumps({"recipient": "nobody", "wait": 300}))
+    check.request("POST", "/api/check", body=json.dumps({"recipient": "nobody", "wait": 300}),
+                  headers={**d.auth, "Content-Type": "application/json"})
     # The server accepts connections in order: once the streams below answer, it holds the check too.
-    events_conn, events = stream(port, "/api/events")
+    events_conn, events = stream(d, "/api/events")
     assert events.readline() == b"retry: 1000\n"
-    feed_conn, feed = stream(port, "/api/feed")
+    feed_conn, feed = stream(d, "/api/feed")
     assert isinstance(json.loads(feed.readline())["lseq"], int)
     results: dict[str, Any] = {}
 

@@ -2,7 +2,8 @@
 
 Commands: ``init``, ``run``, ``stop``, ``mcp`` set up, serve and stop a node;
 ``invite``, ``join``, ``requests``, ``approve``, ``reject``, ``remove`` bring
-machines into a fleet and take them out; ``status``, ``peers`` ask the running daemon; ``send``,
+machines into a fleet and take them out; ``status``, ``peers`` ask the running daemon, ``dashboard``
+gives a one-time link that opens its dashboard in a browser; ``send``,
 ``inbox``, ``read``, ``log``, ``search``, ``threads``, ``profile`` and
 ``status MESSAGE_ID`` work through the running daemon, or straight on the
 replica file when none runs; ``backup`` copies the home into one file (beside a running daemon
@@ -19,7 +20,8 @@ Exit codes:
   0    success (also when ``--watch`` / ``--follow`` is stopped with Ctrl-C)
   1    the request failed: bad argument, unknown id, the daemon refused it
   2    usage error: unknown command or flag, missing or malformed argument
-  3    no daemon is running for this home (``status``, ``peers``, ``stop``), or it stopped answering
+  3    no daemon is running for this home (``status``, ``peers``, ``dashboard``, ``stop``), or it stopped
+       answering
   4    no usable home: none there (run ``peerd init``) for a command that works on the replica or
        ``mcp``; or a node whose config.toml is gone (``run``, ``init``, ``invite``, ``mcp --init``)
   5    ``peerd doctor`` found at least one problem

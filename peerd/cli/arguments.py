@@ -103,6 +103,10 @@ def status_arguments(s: argparse.ArgumentParser) -> None:
     s.set_defaults(fn=commands.cmd_status)
 
 
+def dashboard_arguments(s: argparse.ArgumentParser) -> None:
+    s.set_defaults(fn=commands.cmd_dashboard)
+
+
 def peers_arguments(s: argparse.ArgumentParser) -> None:
     s.set_defaults(fn=commands.cmd_peers)
 

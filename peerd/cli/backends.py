@@ -12,6 +12,8 @@ Invariants:
   daemon that does not answer is exit code 3.
 * A daemon counts as running only if the process named in ``daemon.json`` is
   alive; a file left by a crash sends commands to the replica file.
+* Every request to the daemon carries the home's ``local.token`` as a bearer token (the
+  daemon answers nobody else); a home is made owner-only as it is opened (``homes.tighten``).
 """
 
 from __future__ import annotations
@@ -64,16 +66,17 @@ class Backend(Protocol):
 class DaemonBackend:
     """The running daemon's local API."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, headers: dict[str, str] | None = None) -> None:
         self.live = True
         self.url = url
+        self.headers = {"Content-Type": "application/json", **(headers or {})}
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None,
              query: dict[str, Any] | None = None, timeout: float = HTTP_TIMEOUT) -> Any:
         qs = {k: v for k, v in (query or {}).items() if v is not None}
         full = f"{self.url}{path}" + (f"?{urllib.parse.urlencode(qs)}" if qs else "")
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(full, data=data, method=method, headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(full, data=data, method=method, headers=self.headers)
         try:
             with _OPENER.open(req, timeout=timeout) as resp:
                 return json.loads(resp.read())
@@ -217,6 +220,17 @@ def _history_ms(home: Path) -> int:
     return load_config(path).broadcast_history_ms if path.exists() else DEFAULT_BROADCAST_HISTORY_MS
 
 
+def for_home(info: dict[str, Any], home: Path) -> DaemonBackend:
+    """The local API of the daemon ``info`` (its daemon.json) describes, as the home's owner."""
+    return DaemonBackend(str(info["local_url"]), homes.auth_headers(home))
+
+
+def opened(home: Path) -> Path:
+    """``home``, made owner-only first if it is a peerd home (the CLI opening it)."""
+    homes.tighten(home)
+    return home
+
+
 def running_daemon(home: Path) -> dict[str, Any] | None:
     """daemon.json of this home if its process is alive (a file left by a crash does not count)."""
     info = homes.read_daemon_json(home)
@@ -228,13 +242,13 @@ def running_daemon(home: Path) -> dict[str, Any] | None:
 def daemon(home: Path, flag: str = "") -> DaemonBackend:
     """The running daemon of ``home``; exit code 3 if there is none, 4 if the home itself does not
     exist (never a hint to start one there) (``flag``: the ``--home`` for hints)."""
-    info = running_daemon(home)
+    info = running_daemon(opened(home))
     if info is None and not _initialised(home):  # a typo: starting a daemon there would make a new fleet
         raise CliError(f"no peerd home at {home}: nothing runs or was ever set up there; check --home or "
                        "PEERD_HOME (the home of your node holds config.toml and replica.db)", EXIT_NO_HOME)
     if info is None:
         raise CliError(f"no daemon is running for {home} (start one with: peerd run{flag})", EXIT_NO_DAEMON)
-    return DaemonBackend(str(info["local_url"]))
+    return for_home(info, home)
 
 
 def _initialised(home: Path) -> bool:
@@ -245,9 +259,9 @@ def _initialised(home: Path) -> bool:
 def backend(home: Path, flag: str = "") -> Iterator[Backend]:
     """The daemon if one runs for this home, else the replica file (which must exist);
     ``flag`` is the ``--home`` hints repeat."""
-    info = running_daemon(home)
+    info = running_daemon(opened(home))
     if info is not None:
-        yield DaemonBackend(str(info["local_url"]))
+        yield for_home(info, home)
         return
     if not _initialised(home):
         raise CliError(f"no peerd home at {home} (create one with: peerd init{flag}, or give the home of "

@@ -108,6 +108,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
         backup.unpack(src, homes.replica_path(staging), ident.public_key)
         identity.load_or_create(homes.node_key_path(staging), ident)
         homes.atomic_write(homes.config_path(staging), text.encode("utf-8"), mode=0o600)
+        homes.ensure_token(homes.local_token_path(staging))  # a new home: its own local secret
         with open_home(staging) as rep:  # opens as peerd will (an older schema is upgraded here, once)
             stats = rep.stats()
     new_cfg = _load(text.encode("utf-8"), str(homes.config_path(target)))

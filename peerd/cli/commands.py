@@ -154,6 +154,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """A fresh one-time link that opens the running daemon's dashboard in a browser."""
+    _emit(args, daemon(_home(args), _flag(args)).call("POST", "/api/login", {}), fmt.format_login)
+    return 0
+
+
 def _message_status(args: argparse.Namespace) -> int:
     """``status MESSAGE_ID``: per recipient, delivered and read (through the daemon or the replica)."""
     if args.watch:

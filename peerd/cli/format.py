@@ -288,6 +288,18 @@ def format_message_status(d: dict[str, Any]) -> str:
                                ["ROLE", "INSTANCE", "STATE", "DELIVERED", "READ", "ACKNOWLEDGED"])
 
 
+def login_minutes() -> int:
+    from mcp_server.localauth import LOGIN_TTL  # noqa: PLC0415 - only the daemon's ready lines need it
+
+    return int(LOGIN_TTL // 60)
+
+
+def format_login(d: dict[str, Any]) -> str:
+    """``peerd dashboard``: the one-time link, and what it does."""
+    return (f"{d['url']}\nopen it in a browser within {max(1, int(d['expires_in']) // 60)} minutes: it works once, "
+            "and signs that browser in to this daemon's dashboard")
+
+
 def format_orientation(info: dict[str, Any], *, flag: str, new_fleet: bool) -> str:
     """What ``peerd run`` says once ready: where things are, how to stop it, how to invite."""
     lines = [
@@ -297,6 +309,8 @@ def format_orientation(info: dict[str, Any], *, flag: str, new_fleet: bool) -> s
         f"  fleet      {info['fleet_id']}" + ("  (a new fleet, made just now)" if new_fleet else ""),
         f"  peer       {str(info['peer_url']).removeprefix('http://')}  (other machines reach this node here)",
         f"  dashboard  {info['local_url']}/dashboard",
+        *([f"  login      {info['login_url']}  (opens the dashboard in a browser: once, within "
+           f"{login_minutes()} minutes; a new link: peerd dashboard{flag})"] if info.get("login_url") else []),
         f"  MCP        {info['mcp_url']}",
         f"  stop       Ctrl-C here, or from another terminal: peerd stop{flag}",
     ]

@@ -17,6 +17,8 @@ Invariants:
   recorded after the answer, by a detached child process that loads the signing replica,
   so the prompt never waits for it (a message whose delivery could not be recorded is
   shown again, never lost). ``bench/bench_hook.py`` measures it on a 1M-message replica.
+* It never calls the daemon (no local port, no token); what it writes in the home (its
+  cursors) is owner-only, and the child that records delivery makes the home owner-only.
 """
 
 from __future__ import annotations
@@ -166,7 +168,9 @@ def load_cursors(home: Path) -> dict[str, Any]:
 def save_cursors(home: Path, cursors: dict[str, Any]) -> None:
     tmp = home / f".{CURSORS}.{os.getpid()}"
     try:
-        tmp.write_text(json.dumps(cursors, separators=(",", ":")))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # owner-only, as all of the home
+        with os.fdopen(fd, "w") as out:
+            out.write(json.dumps(cursors, separators=(",", ":")))
         os.replace(tmp, home / CURSORS)
     except OSError:
         with contextlib.suppress(OSError):
@@ -213,8 +217,11 @@ def upgrade(home: Path) -> None:
 
 
 def record(home: Path, items: Sequence[mailbox.Mail]) -> None:
+    """Record delivery (after the answer, off the prompt's path), making the home owner-only first."""
+    from peerd.home import tighten  # noqa: PLC0415 - after the answer, like the signing replica
     from replica import open_home  # noqa: PLC0415 - loads signing: only when a delivery is recorded
 
+    tighten(home)
     with open_home(home) as rep:
         rep.record_delivered(items)
 

@@ -13,7 +13,11 @@ Invariants:
   home is exit 4, never a new empty replica in no fleet, unless ``--init``
   asks for a new home (``peerd.cli.setup.open_fleet``).
 * HTTP listens on 127.0.0.1 only, through peerd's one local server and its
-  Host/Origin guard; sessions bind a role per request (header or query).
+  guard; sessions bind a role per request (header or query). It answers only
+  callers that send its token (``peerd.localauth``: a home's ``local.token``,
+  ``FILE.token`` beside a replica file, or, in memory, a secret printed once); it
+  says where the token is, on the line before the one naming its URL.
+* The home (or the replica file and what goes with it) is made owner-only as it is opened.
 * Over stdio with ``--role``, the session is a Claude Code channel (new mail
   pushed as it lands; ``--from``, ``--no-push``); over HTTP each session sets
   that by its headers.
@@ -42,7 +46,7 @@ from peerd import home as homes
 from peerd.cli.errors import EXIT_USAGE, CliError
 from peerd.cli.setup import home_flag, open_fleet
 from peerd.config import Config, load_config
-from replica import REPLICA_FILE, Replica, open_file, open_home
+from replica import REPLICA_FILE, Replica, key_path, open_file, open_home
 from replica.feed import FileWatch, Source
 from replica.routing import DEFAULT_BROADCAST_HISTORY_MS
 
@@ -111,6 +115,10 @@ def open_replica(p: Plan, history_ms: int = DEFAULT_BROADCAST_HISTORY_MS) -> tup
     from peerd.feedlink import DaemonLink  # noqa: PLC0415 - only this command needs it
 
     home = home_of(p)
+    if home is not None:
+        homes.tighten(home)
+    elif p.db_path is not None:
+        homes.tighten_paths(replica_files(p.db_path))
     if p.home is not None:
         replica = open_home(p.home, broadcast_history_ms=history_ms)
     elif p.db_path is not None:
@@ -118,6 +126,13 @@ def open_replica(p: Plan, history_ms: int = DEFAULT_BROADCAST_HISTORY_MS) -> tup
     else:
         return Replica.open(":memory:"), None
     return replica, DaemonLink(home) if home is not None else FileWatch(replica.path)
+
+
+def replica_files(db: Path) -> list[Path]:
+    """A replica file and what goes with it: its -wal and -shm, its node key, its token."""
+    from peerd.localauth import token_path  # noqa: PLC0415
+
+    return [db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm"), key_path(db), token_path(db)]
 
 
 def config_of(p: Plan, args: argparse.Namespace) -> Config | None:
@@ -154,21 +169,36 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             asyncio.run(serve_stdio(replica, source, p.role, p.instance, fleet_id=fleet, push=p.push,
                                     push_from=p.push_from, tools=p.tools))
         else:
-            asyncio.run(serve_http(replica, source, p.port, fleet, host=p.host, json_out=args.json, tools=p.tools))
+            asyncio.run(serve_http(replica, source, p.port, fleet, host=p.host, json_out=args.json, tools=p.tools,
+                                   token_file=token_file(p)))
     finally:
         replica.close()
     return 0
 
 
+def token_file(p: Plan) -> Path | None:
+    """Where the token of an HTTP server of this plan is kept (None: in memory only)."""
+    from peerd.localauth import token_path  # noqa: PLC0415
+
+    home = home_of(p)
+    if home is not None:
+        return homes.local_token_path(home)
+    return None if p.db_path is None else token_path(p.db_path)
+
+
 async def serve_http(replica: Replica, source: Source | None, port: int, fleet_id: str | None, *,
-                     host: str = "127.0.0.1", json_out: bool = False, tools: str = "all") -> None:
-    """Serve MCP streamable HTTP at ``http://127.0.0.1:<port>/mcp`` until SIGINT or SIGTERM."""
+                     host: str = "127.0.0.1", json_out: bool = False, tools: str = "all",
+                     token_file: Path | None = None) -> None:
+    """Serve MCP streamable HTTP at ``http://127.0.0.1:<port>/mcp`` until SIGINT or SIGTERM, to
+    callers that send the token kept in ``token_file`` (made if missing; None: a token of this
+    process alone, printed once)."""
     import asyncio  # noqa: PLC0415 - keeps quick commands quick to start
     import signal  # noqa: PLC0415
 
     from mcp_server.wiring import wired  # noqa: PLC0415
     from peerd.errors import DaemonError  # noqa: PLC0415
     from peerd.local import LocalServer, build_app  # noqa: PLC0415
+    from peerd.localauth import file_auth, memory_auth  # noqa: PLC0415
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -177,7 +207,8 @@ async def serve_http(replica: Replica, source: Source | None, port: int, fleet_i
         try:
             for sig in signals:
                 loop.add_signal_handler(sig, stop.set)
-            app = build_app([], wiring.mcp_http(fleet_id=lambda: fleet_id, tools=tools))
+            auth = memory_auth() if token_file is None else file_auth(token_file)
+            app = build_app([], wiring.mcp_http(fleet_id=lambda: fleet_id, tools=tools), auth=auth)
             try:
                 server = LocalServer(app, port)
                 await server.start()
@@ -185,7 +216,8 @@ async def serve_http(replica: Replica, source: Source | None, port: int, fleet_i
                 raise CliError(f"cannot serve MCP on 127.0.0.1:{port}: the port is taken or not allowed; "
                                "pick another with --port (0 picks a free one)") from None
             try:
-                announce(f"http://{host}:{server.port}/mcp", replica.node_id, json_out=json_out)
+                announce(f"http://{host}:{server.port}/mcp", replica.node_id, json_out=json_out,
+                         token_file=token_file, token=auth.token)
                 await stop.wait()
             finally:
                 wiring.waiter.close()  # calls waiting for messages return now, so the server stops at once
@@ -195,7 +227,13 @@ async def serve_http(replica: Replica, source: Source | None, port: int, fleet_i
                 loop.remove_signal_handler(sig)
 
 
-def announce(url: str, node_id: str, *, json_out: bool) -> None:
-    """Say where the endpoint listens (one line on stdout: text, or JSON with --json)."""
-    line = json.dumps({"mcp_url": url, "node_id": node_id}) if json_out else f"peerd mcp: serving MCP at {url}"
-    print(line, file=sys.stdout, flush=True)
+def announce(url: str, node_id: str, *, json_out: bool, token_file: Path | None, token: str) -> None:
+    """Say where the endpoint listens and how a client authenticates, on stdout: text (the token's
+    file, or the token itself when it lives in memory only, then the URL), or one JSON object."""
+    if json_out:
+        where = {"token_file": str(token_file)} if token_file is not None else {"token": token}
+        print(json.dumps({"mcp_url": url, "node_id": node_id, **where}), file=sys.stdout, flush=True)
+        return
+    secret = f"<the content of {token_file}>" if token_file is not None else token
+    print(f"peerd mcp: clients send the header Authorization: Bearer {secret}", file=sys.stdout)
+    print(f"peerd mcp: serving MCP at {url}", file=sys.stdout, flush=True)

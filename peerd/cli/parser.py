@@ -72,6 +72,7 @@ COMMANDS = (
     Command("status", "arguments", "node, fleet, peers, per-peer lag, totals, catch-up; or, given a MESSAGE_ID, "
                                    "who got that message and read it"),
     Command("peers", "arguments", "known peers: how found, live or not, lag, last error"),
+    Command("dashboard", "arguments", "a one-time link that opens the running daemon's dashboard in a browser"),
     Command("log", "arguments", "recent traffic: the latest messages in arrival order"),
     Command("search", "arguments", "full-text search over every message held here"),
     Command("threads", "arguments", "threads: participants, message count, latest activity"),

@@ -7,6 +7,7 @@ Invariants:
 * A command that may create a home creates the node (key and replica, together)
   before the config, so the default node name can carry the node id.
 * Every hint printed names ``--home`` when the user gave one (``home_flag``).
+* A home opened here is made owner-only first (``peerd.home.tighten``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def no_home_message(home: Path, flag: str) -> str:
 def open_fleet(home: Path, *, flag: str, create: bool, new_fleet: bool = False, name: str | None = None,
                fleet_key: bytes | None = None) -> tuple[Config, bool]:
     """The home's config, and whether this call made a new one; refuses what would fail silently."""
+    homes.tighten(home)
     if homes.config_path(home).exists():
         if new_fleet:
             current = load_config(homes.config_path(home))

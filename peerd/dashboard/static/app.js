@@ -30,7 +30,7 @@ function svg(tag, attrs, text) {
 async function api(path) {
   const resp = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store" });
   const body = await resp.json().catch(() => ({}));
-  if (!resp.ok) throw new Error(body.error || `HTTP ${resp.status}`);
+  if (!resp.ok) throw Object.assign(new Error(body.error || `HTTP ${resp.status}`), { status: resp.status });
   return body;
 }
 
@@ -183,8 +183,8 @@ async function refreshStatus() {
   try {
     renderStatus(await api("/api/status"));
     if (events && events.readyState === EventSource.OPEN) setConn(true, "live");
-  } catch (err) {
-    setConn(false, `daemon not answering (${err.message})`);
+  } catch (err) {  // 401: the session ended (the daemon restarted, or a day passed); the error says how to sign in
+    setConn(false, err.status === 401 ? err.message : `daemon not answering (${err.message})`);
   }
 }
 
