@@ -1,11 +1,10 @@
 """``peerd doctor``: check one node's setup and say what to fix.
 
-Checks, in order: the home folder, the other files in it (owner-only),
-``config.toml``, the node key, the replica file, the daemon (``daemon.json``, its process, its local API), the peer and
-local ports, mDNS, every seed and every peer the daemon knows (reachable, same
-fleet), each answering peer's clock against ours, the fleet's membership news
-(another fleet on this LAN, join requests waiting, this node removed), and the
-retention horizon with what the last purge removed.
+Checks, in order: the home folder, the other files in it (owner-only), ``config.toml``, the node
+key, the replica file, the daemon (``daemon.json``, its process, its local API), the peer and local
+ports, mDNS, every seed and every peer the daemon knows (reachable, same fleet), each answering peer's
+clock against ours, the fleet's membership news (another fleet on this LAN, join requests waiting,
+this node removed or not let in), and the retention horizon with what the last purge removed.
 
 Invariants:
 * Doctor changes nothing: the replica file is only looked at read-only
@@ -329,16 +328,15 @@ def membership_findings(status: dict[str, Any] | None) -> list[Finding]:
     elsewhere (from the daemon's status)."""
     if status is None:
         return []
-    out = []
-    if (status.get("fleet") or {}).get("removed_here"):
-        out.append(Finding("fleet", FAIL, str(status.get("fleet_id", "")), "this node was removed from the "
-                           "fleet: members refuse its new ops and its key opens nothing any more",
-                           "join again with a fresh home: peerd join --lan --home NEW_FOLDER"))
-    elif (status.get("fleet") or {}).get("admitted_here") is False:
-        out.append(Finding("fleet", FAIL, str(status.get("fleet_id", "")), "no member has let this node in: it "
-                           "holds the fleet key, but every member refuses its messages",
-                           f"on a member: peerd admit {status.get('node_id', 'NODE_ID')} --name NAME "
-                           "(or join with peerd join, which asks a member)"))
+    out, fleet, fid = [], status.get("fleet") or {}, str(status.get("fleet_id", ""))
+    if fleet.get("removed_here"):
+        out.append(Finding("fleet", FAIL, fid, "this node was removed from the fleet: members refuse its new ops and "
+                           "its key opens nothing any more", "join again with a fresh home: peerd join --lan --home "
+                           "NEW_FOLDER"))
+    elif fleet.get("admitted_here") is False:
+        out.append(Finding("fleet", FAIL, fid, "no member has let this node in: it holds the fleet key, but every "
+                           "member refuses its messages", f"on a member: peerd admit {status.get('node_id')} --name "
+                           "NAME (or join with peerd join, which asks a member)"))
     if status.get("join_requests"):
         out.append(Finding("fleet", WARN, "", f"{status['join_requests']} join request(s) wait for approval here",
                            "peerd requests, then peerd approve CODE (or peerd reject CODE)"))

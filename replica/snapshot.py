@@ -20,7 +20,7 @@ Invariants:
   gets them from us verifies them as usual, and the lseqs they took are kept (``unverified``) for
   the background check (``replica.vouching``).
 * Stored ops are exactly what ``Sync.apply`` would have stored (``replica.bulk``, and the one rule of
-  how ops land, ``sync.Landing``): held ops are skipped, ops of removed nodes above their cutoff
+  how ops land, ``landing.Landing``): held ops are skipped, ops of removed nodes above their cutoff
   refused, ops purged here never brought back, ops past the retention horizon counted.
 """
 
@@ -35,9 +35,10 @@ from replica import bulk, fleetstore
 from replica import membership as mem
 from replica import ops as opsmod
 from replica.errors import InvalidOp
+from replica.landing import GONE, REFUSED, STORE, Landing
 from replica.models import ApplyResult
 from replica.ops import KIND_MSG, KIND_SET, Op
-from replica.sync import GONE, REFUSED, STORE, Landing, Sync, _advance, _cover, _stranded
+from replica.sync import Sync, _advance, _cover, _stranded
 
 VOUCHED = frozenset({KIND_MSG, KIND_SET})  # kinds a snapshot page stores on its signer's word
 TAKING, CURSOR, UNVERIFIED = "snapshot_taking", "snapshot_cursor", "snapshot_unverified"

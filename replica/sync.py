@@ -23,13 +23,14 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from replica import firstseen, fleetstore, membership, pinstore, project, purge, retention, store, vector
+from replica import fleetstore, membership, pinstore, project, vector
 from replica import hlc as hlcmod
 from replica import ops as opsmod
 from replica.checks import check_count
 from replica.codec import pack, unpack
 from replica.core import LAST_OWN, ReplicaCore
 from replica.errors import InvalidOp
+from replica.landing import GONE, REFUSED, STORE, Landing
 from replica.models import ApplyResult, Page
 from replica.ops import Op
 
@@ -316,76 +317,6 @@ class Sync(ReplicaCore):
     def integrity_check(self) -> str:
         with self._store.read() as cur:
             return str(cur.execute("PRAGMA integrity_check").fetchone()[0])
-
-
-REFUSED, PURGED_HERE, GONE, STORE = "refused", "purged here", "gone", "store"
-
-
-class Landing:
-    """What becomes of each op of a batch as it lands, in one write transaction (the one rule of
-    ``Sync.apply`` and of snapshot pages, ``replica.snapshot``): ``REFUSED`` (a removed node's op above
-    its cutoff: never stored), ``PURGED_HERE`` (at or below its origin's mark yet not held: purged
-    here, and sync never brings it back), ``GONE`` (purgeable on arrival: counted in its origin's
-    vector, its first-seen sightings kept, never stored) or ``STORE`` (an op in the name of a role
-    pinned to other nodes too: stored and held back by its projection, ``project.hold_if_refused``, so
-    a later pin op can release it). Origins new to the replica get a row, named in ``new_oids``."""
-
-    def __init__(self, rep: Sync, cur: Any, new_oids: dict[bytes, int]) -> None:
-        self.rep, self.cur, self.new_oids = rep, cur, new_oids
-        self.now = rep._wall()
-        self.arrived = store.arrival_time(cur, self.now)
-        kept = purge.setting(cur)
-        self.horizon = 0 if kept is None else kept.horizon_ms
-        self.contig: dict[int, int] = {}
-        self.fleet_ops = False  # a membership op was stored since the standing was last read
-        self.judge_again()
-
-    def settle(self) -> None:
-        """Settle the membership ops stored so far (``fleetstore.settle``) and judge by what it made."""
-        fleetstore.settle(self.cur)
-        self.fleet_ops = False
-        self.judge_again()
-
-    def judge_again(self) -> None:
-        """Read who counts (``fleet_removed``, ``fleet_members``)."""
-        self.removed = fleetstore.removed(self.cur)
-        self.closed = fleetstore.closed(self.cur)
-        self.counts: dict[bytes, bool] = {}
-        self.contig.clear()  # a settle may have held an origin's mark back
-
-    def barred(self, op: Op) -> bool:
-        """An op this replica refuses (``membership.barred``): its origin was never let in, or is
-        removed and the op lies above its cutoff. Membership ops are never barred: they are kept."""
-        origin = op.origin
-        if op.kind in membership.KINDS or origin == self.rep.node_key:
-            return False
-        if self.closed:
-            if origin not in self.counts:
-                self.counts[origin] = fleetstore.admitted(self.cur, origin)
-            if not self.counts[origin]:
-                return True
-        return origin in self.removed and op.seq > self.removed[origin]
-
-    def fate(self, op: Op) -> tuple[str, int]:
-        """What becomes of ``op``, and its origin's row id (0 when refused)."""
-        rep, cur = self.rep, self.cur
-        if self.barred(op):
-            return REFUSED, 0
-        oid = rep._oids.get(op.origin) or self.new_oids.get(op.origin)
-        if oid is None:  # remembered once the transaction commits (a rollback forgets the row)
-            oid = self.new_oids[op.origin] = store.origin_id(cur, op.origin)
-        if oid not in self.contig:
-            self.contig[oid] = int(cur.execute("SELECT contig FROM origins WHERE oid = ?", (oid,)).fetchone()[0])
-        if op.seq <= self.contig[oid] and oid != rep._self_oid:  # not held, yet counted: purged here
-            if op.kind not in membership.KINDS:
-                return PURGED_HERE, oid
-        elif retention.purgeable_on_arrival(op, self.horizon, self.now):  # every replica purges it: never stored
-            for role, at in firstseen.sightings(op):  # what it showed stays, as on a replica that held it
-                firstseen.record(cur, role, at)
-            return GONE, oid
-        if op.kind in membership.KINDS:
-            self.fleet_ops = True
-        return STORE, oid  # one in a pinned role's name is stored, held back (``project.hold_if_refused``)
 
 
 class _Scan:

@@ -141,7 +141,7 @@ def test_racing_inits_agree_on_one_fleet_key(tmp_path: Path) -> None:
         t.join()
     assert errors == []
     assert len({r.fleet_key for r in results}) == 1
-    assert [p.name for p in (tmp_path / "home").iterdir()] == ["config.toml"]
+    assert sorted(p.name for p in (tmp_path / "home").iterdir()) == ["config.toml", "local.token"]
 
 
 def test_permissions_are_private(tmp_path: Path) -> None:
@@ -162,7 +162,7 @@ def test_no_temporary_files_are_left_behind(tmp_path: Path) -> None:
     cfg = init_home(tmp_path)
     save_config(config_path(tmp_path), cfg)
     write_daemon_json(tmp_path, {"pid": 1})
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.toml", "daemon.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.toml", "daemon.json", "local.token"]
 
 
 # --- load errors ---------------------------------------------------------------------

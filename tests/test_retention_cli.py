@@ -81,6 +81,8 @@ def test_a_removed_node_is_told_it_cannot_set_the_horizon(tmp_path: Path) -> Non
     ok("send", "--from", "x", "--to", "team", "before", home=home)
     member = Replica.open()
     with open_home(home) as x:
+        x.admit_node(member.node_key, "member", "0" * 16)  # x founded the fleet and let member in
+        member.set_fleet_roots(frozenset({x.node_key}))
         pull(member, x)
         member.remove_node(x.node_key, os.urandom(32), "0" * 16)
         pull(x, member)
