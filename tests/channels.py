@@ -69,10 +69,11 @@ class Pushes(ClientExtension):
 
 
 @asynccontextmanager
-async def pushed_client(target: Any, **kwargs: Any) -> AsyncIterator[tuple[Client, Pushes]]:
-    """An SDK client (handshake era) on ``target`` that records what is pushed to it."""
+async def pushed_client(target: Any, *, mode: str = "legacy", **kwargs: Any) -> AsyncIterator[tuple[Client, Pushes]]:
+    """An SDK client (handshake era, unless ``mode`` says otherwise) on ``target`` that records what
+    is pushed to it."""
     pushes = Pushes()
-    async with Client(target, mode="legacy", extensions=[pushes], message_handler=pushes.on_message,
+    async with Client(target, mode=mode, extensions=[pushes], message_handler=pushes.on_message,
                       **kwargs) as client:
         yield client, pushes
 
