@@ -14,9 +14,10 @@ Invariants:
   open, each of its URIs is *watched*. A URI watched by several streams is watched once (a
   count); its digest is taken before the stream is acknowledged, so every change after the
   acknowledgement is announced.
-* One follower task per server, and only while some URI is watched: it waits on the process's
-  change feed (one future; nothing polls) and on each change publishes one ``ResourceUpdated``
-  per watched URI whose text changed since the last look, however many streams listen to it.
+* One follower task per server, and only while a listen stream is open: it waits on the
+  process's change feed (one future; nothing polls) and on each change publishes one
+  ``ResourceUpdated`` per watched URI whose text changed since the last look, however many
+  streams listen to it (the digests of one change are taken in one trip to a worker thread).
 * A listen naming a URI that is not peerd's is ``invalid_argument`` before any acknowledgement,
   as ``resources/subscribe`` is on the handshake revisions.
 * When the waiter wakes the follower with no change, the host is closing: every listen stream
@@ -50,8 +51,9 @@ Run = Callable[..., Awaitable[Any]]
 
 @dataclass
 class Watched:
+    ref: resources.Ref
     digest: str  # of the resource's text when last announced (or when first watched)
-    streams: int = 1
+    streams: int = 0
 
 
 def listened_uris(params: object) -> list[str]:
@@ -59,6 +61,11 @@ def listened_uris(params: object) -> list[str]:
     notifications = params.get("notifications") if isinstance(params, dict) else None
     uris = notifications.get("resourceSubscriptions") if isinstance(notifications, dict) else None
     return list(dict.fromkeys(u for u in uris if isinstance(u, str))) if isinstance(uris, list) else []
+
+
+def digests_of(r: Replica, refs: Iterable[resources.Ref]) -> list[str]:
+    """The digest of each resource, in order."""
+    return [resources.digest(r, ref) for ref in refs]
 
 
 class Listens:
@@ -70,6 +77,7 @@ class Listens:
         self._run = run
         self._waiter = waiter
         self._watched: dict[str, Watched] = {}
+        self._streams = 0  # listen requests in progress (their streams open, or about to be)
         self._task: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -82,32 +90,34 @@ class Listens:
         """Watches the peerd URIs of each listen request for as long as its stream is open."""
         if ctx.method != LISTEN:
             return await call_next(ctx)
-        uris = listened_uris(ctx.params)
-        refs = [(uri, resources.parse_uri(uri)) for uri in uris]
-        bad = [uri for uri, ref in refs if ref is None]
-        if bad:
-            raise MCPError(code=INVALID_PARAMS, message=f"invalid_argument: not a peerd resource URI: {bad[0]!r} "
-                           "(peerd://inbox/ROLE, peerd://inbox/ROLE/INSTANCE or peerd://thread/THREAD_ID)")
-        await self._watch(refs)
+        refs: list[tuple[str, resources.Ref]] = []
+        for uri in listened_uris(ctx.params):
+            ref = resources.parse_uri(uri)
+            if ref is None:
+                raise MCPError(code=INVALID_PARAMS, message=f"invalid_argument: not a peerd resource URI: {uri!r} "
+                               "(peerd://inbox/ROLE, peerd://inbox/ROLE/INSTANCE or peerd://thread/THREAD_ID)")
+            refs.append((uri, ref))
+        counted: list[str] = []
+        self._streams += 1
         try:
+            await self._watch(refs, counted)
+            self._kick()
             return await call_next(ctx)
         finally:
-            self._unwatch(uris)
+            self._streams -= 1
+            self._unwatch(counted)
 
-    async def _watch(self, refs: Iterable[tuple[str, resources.Ref | None]]) -> None:
+    async def _watch(self, refs: Iterable[tuple[str, resources.Ref]], counted: list[str]) -> None:
+        """Count each URI as watched once more (taking its digest if it is new), noting it in ``counted``."""
         for uri, ref in refs:
-            if uri in self._watched:
-                self._watched[uri].streams += 1
-                continue
-            try:
-                digest = await self._run(resources.digest, ref)
-            except PeerdError as exc:
-                raise MCPError(code=INVALID_PARAMS, message=f"invalid_argument: {exc}") from None
-            if uri in self._watched:  # another stream began watching it meanwhile
-                self._watched[uri].streams += 1
-            else:
-                self._watched[uri] = Watched(digest)
-        self._kick()
+            if uri not in self._watched:
+                try:
+                    digest = await self._run(resources.digest, ref)
+                except PeerdError as exc:
+                    raise MCPError(code=INVALID_PARAMS, message=f"invalid_argument: {exc}") from None
+                self._watched.setdefault(uri, Watched(ref, digest))  # another stream may have begun meanwhile
+            self._watched[uri].streams += 1
+            counted.append(uri)
 
     def _unwatch(self, uris: Iterable[str]) -> None:
         for uri in uris:
@@ -118,15 +128,15 @@ class Listens:
                     del self._watched[uri]
 
     def _kick(self) -> None:
-        if self._closed or not self._watched or (self._task is not None and not self._task.done()):
+        if self._closed or not self._streams or (self._task is not None and not self._task.done()):
             return
         self._task = asyncio.create_task(self._follow(), name="peerd-listen")
 
     async def _follow(self) -> None:
-        """Announce changes of watched URIs on every change of the feed, while any is watched."""
+        """Announce changes of watched URIs on every change of the feed, while a stream is open."""
         seen = -1
         try:
-            while self._watched and not self._closed:
+            while self._streams and not self._closed:
                 mark = await self._run(Replica.max_lseq)
                 if mark == seen:  # woken without a change: the host is closing
                     self.end_streams()
@@ -140,11 +150,9 @@ class Listens:
             log.exception("stopped announcing resource updates to listen streams")
 
     async def _announce(self) -> None:
-        for uri, w in list(self._watched.items()):
-            ref = resources.parse_uri(uri)
-            if ref is None:
-                continue
-            now = await self._run(resources.digest, ref)
+        looked = list(self._watched.items())
+        digests: list[str] = await self._run(digests_of, [w.ref for _uri, w in looked])
+        for (uri, w), now in zip(looked, digests, strict=True):
             if now != w.digest and self._watched.get(uri) is w:
                 w.digest = now
                 await self.bus.publish(ResourceUpdated(uri=uri))

@@ -182,13 +182,15 @@ async def test_discover_describes_peerd(fleet: Fleet, transport: str) -> None:
 
 
 async def test_listen_streams_end_gracefully_when_the_daemon_stops(fleet: Fleet) -> None:
-    """A 2026-07-28 listen stream on a daemon's /mcp ends with the server's graceful close when the
-    daemon stops (no lost stream, no traceback in the daemon's log), and does not hold the stop up."""
+    """2026-07-28 listen streams on a daemon's /mcp, one for a resource and one for list changes
+    only, end with the server's graceful close when the daemon stops (no lost stream, no traceback
+    in the daemon's log), and do not hold the stop up."""
     d = fleet.add("d")
     await asyncio.to_thread(fleet.start, d)
     async with mcp_client(d.info["mcp_url"], d.token, mode="2026-07-28") as client, \
-            client.listen(resource_subscriptions=["peerd://inbox/beta"]) as stream:
+            client.listen(resource_subscriptions=["peerd://inbox/beta"]) as inbox, \
+            client.listen(tools_list_changed=True) as tools:
         stopping = asyncio.create_task(asyncio.to_thread(d.stop))
-        events = [event async for event in stream]  # SubscriptionLost if the stream just dropped
-        assert events == []
+        for stream in (inbox, tools):
+            assert [event async for event in stream] == []  # SubscriptionLost if the stream just dropped
         assert await asyncio.wait_for(stopping, patience(EVENT_WITHIN)) == 0
