@@ -2,7 +2,7 @@
 
 The SDK client drops notification methods it does not know, so channel events are observed
 through a ``ClientExtension`` binding. Clients connect in the handshake era (``mode="legacy"``),
-as Claude Code and Codex do. Absence is checked by order, not by waiting: pushes to a session
+as Claude Code and Codex do, unless a test asks for another ``mode``. Absence is checked by order, not by waiting: pushes to a session
 go out in arrival order, so once a later marker message arrives, anything that would have
 come before it has come.
 """

@@ -1,8 +1,8 @@
 """Resource updates on every MCP revision, across real processes: the SDK's client of `peerd mcp`
 (stdio; mail from `peerd send`, a thread from another `peerd mcp`) and of a daemon's /mcp (HTTP;
 mail and thread from a peer daemon), on the handshake revision (``resources/subscribe``), with
-auto negotiation and pinned to 2026-07-28 (``subscriptions/listen``); what ``server/discover``
-says; listen streams when the daemon stops.
+auto negotiation and pinned to 2026-07-28 (``subscriptions/listen``); channel events on stdio on
+every revision; what ``server/discover`` says; listen streams when the daemon stops.
 
 Absence is checked by order, as in ``tests.channels``: updates go out in arrival order, so once
 the update of a later marker arrives, any update a write before it caused has arrived."""
@@ -124,6 +124,20 @@ async def test_stdio_updates_on_every_revision(tmp_path: Path, mode: str) -> Non
             pushed_client(stdio(home)) as (other, _):
         assert (watcher.protocol_version in MODERN_PROTOCOL_VERSIONS) == (mode != "legacy")
         await updates_arrive_and_only_for_what_changed(watcher, pushes, Writer(send, other))
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_stdio_channel_events_on_every_revision(tmp_path: Path, mode: str) -> None:
+    """`peerd mcp --role beta`, no daemon: whichever revision its client speaks, mail for beta from
+    `peerd send` arrives as a channel event (on 2026-07-28 too: the pipe carries it from the
+    client's first request on); mail for another role does not."""
+    home = tmp_path / "home"
+    peerd("init", "--home", str(home), "--name", "solo")
+    async with pushed_client(stdio(home, "--role", "beta"), mode=mode) as (client, pushes):
+        await client.call_tool("whoami", {})
+        for to, text in (("gamma", "not for beta"), ("beta", "wake")):
+            await asyncio.to_thread(peerd, "send", "--home", str(home), "--from", "alpha", "--to", to, text)
+        assert [e.content for e in await pushes.events_until("wake")] == ["wake"]
 
 
 def live_with(a: Daemon, b: Daemon) -> None:
