@@ -213,9 +213,9 @@ def build_server(replica: ReplicaSource, *, waiter: Waiter, bind: SessionBinding
     ``waiter`` blocks ``wait`` calls until the replica changes; ``bind`` is the session binding
     when the transport cannot carry one (stdio); ``fleet_id`` is an optional daemon hook
     (called on the event loop: it must not block); ``push`` pushes mail and resource updates
-    to sessions, and serves ``subscriptions/listen`` (``mcp_server.channel``, ``mcp_server.listen``;
-    without it there are none of these); ``tools`` names the tool
-    set offered (``mcp_server.toolsets``; an HTTP request may ask for another).
+    to sessions and serves ``subscriptions/listen`` (``mcp_server.channel``, ``mcp_server.listen``;
+    without it there are none of these); ``tools`` names the tool set offered
+    (``mcp_server.toolsets``; an HTTP request may ask for another).
     """
     source = replica_source(replica)
     env = Env(source, waiter, bind or SessionBinding(), fleet_id)
