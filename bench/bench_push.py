@@ -1,5 +1,6 @@
 """Mail that wakes the agent: how soon a message that lands in a replica reaches an agent session
-as a Claude Code channel event, and what waiting channel sessions cost while nothing happens.
+as a Claude Code channel event, or as a resource update on a 2026-07-28 listen stream, and what
+waiting sessions cost while nothing happens.
 
 * Arrival to notification, two daemons: `peerd mcp --role beta` (stdio, SDK client) runs on B's
   home and follows B's daemon; a message for beta is sent on A, reaches B by push-on-write, and
@@ -9,12 +10,18 @@ as a Claude Code channel event, and what waiting channel sessions cost while not
   printed too.
 * The same with no daemon: a writer process commits a message on the home of a `peerd mcp`
   session; latency = event minus the writer's commit.
+* The listen path (MCP 2026-07-28), beside each: an SDK client pinned to 2026-07-28 listens
+  (`subscriptions/listen`) to `peerd://inbox/beta` on `peerd mcp` (stdio, on B's home) and on
+  B's /mcp (HTTP), and to `peerd://inbox/solo` on `peerd mcp` with no daemon; latency = the
+  `notifications/resources/updated` at the client minus the arrival (the first new mark this
+  script's file watch saw after the send) or the writer's commit.
 * Idle CPU: 10 `peerd mcp --role rN` channel sessions beside a daemon, CPU time from
   /proc/<pid>/stat over a window with nothing written (each one, and their sum); and 10
-  sessions bound by X-Peerd-Role on the daemon's /mcp, the daemon's CPU over the same window.
+  sessions bound by X-Peerd-Role on the daemon's /mcp, the daemon's CPU over the same window;
+  then the same with 10 listen streams instead (10 `peerd mcp` processes, 10 streams on /mcp).
 
-Targets: arrival to notification p50 and p99 <= 50 ms; idle CPU of each `peerd mcp` < 1 %
-(and of the daemon with 10 HTTP sessions). Linux only (/proc, inotify).
+Targets, channel and listen path alike: arrival to notification p50 and p99 <= 50 ms; idle CPU
+of each `peerd mcp` < 1 % (and of the daemon with 10 HTTP sessions). Linux only (/proc, inotify).
 
     uv run python bench/bench_push.py [--quick]
 """
@@ -33,9 +40,10 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx2
-from mcp import StdioServerParameters
+from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,7 +67,7 @@ class Arrivals:
     the moment each mark was first seen (a commit visible to a reader of the file)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._seen: list[tuple[int, float]] = []
         self.mark = 0
 
@@ -69,14 +77,24 @@ class Arrivals:
             if mark > self.mark:
                 self.mark = mark
                 self._seen.append((mark, now))
+                self._lock.notify_all()
 
     def when(self, seq: int) -> float | None:
         with self._lock:
             return next((t for mark, t in self._seen if mark >= seq), None)
 
+    def first_beyond(self, mark: int, timeout: float = 5.0) -> float | None:
+        """When a mark beyond ``mark`` was first seen (waiting for it up to ``timeout`` s: the event
+        may reach the client before this script's watch sees the commit)."""
+        with self._lock:
+            self._lock.wait_for(lambda: self.mark > mark, timeout)
+        return self.when(mark + 1)
 
-def stdio(home: Path, role: str) -> StdioServerParameters:
-    return StdioServerParameters(command=str(PEERD), args=["mcp", "--home", str(home), "--role", role])
+
+def stdio(home: Path, role: str | None) -> StdioServerParameters:
+    """`peerd mcp` on ``home``, bound to ``role`` (a channel session), or unbound (None)."""
+    bound = [] if role is None else ["--role", role]
+    return StdioServerParameters(command=str(PEERD), args=["mcp", "--home", str(home), *bound])
 
 
 def mcp_pids(home: Path) -> list[int]:
@@ -121,6 +139,52 @@ async def latency_two_daemons(a: Daemon, b: Daemon, count: int) -> list[Figure]:
                           at_most(LATENCY_TARGET_MS)))]
 
 
+@asynccontextmanager
+async def listener(target: Any, uri: str) -> AsyncIterator[asyncio.Queue[float]]:
+    """An SDK client pinned to 2026-07-28 on ``target``, listening to ``uri``: the queue gets the
+    moment each of its updates reached the client."""
+    heard: asyncio.Queue[float] = asyncio.Queue()
+    async with Client(target, mode="2026-07-28") as client, client.listen(resource_subscriptions=[uri]) as stream:
+
+        async def pump() -> None:
+            async for _event in stream:
+                heard.put_nowait(time.perf_counter())
+
+        task = asyncio.create_task(pump())
+        try:
+            yield heard
+        finally:
+            task.cancel()
+
+
+@asynccontextmanager
+async def http_target(url: str, auth: dict[str, str]) -> AsyncIterator[Any]:
+    async with httpx2.AsyncClient(headers=auth) as http:
+        yield streamable_http_client(url, http_client=http)
+
+
+async def listen_latency_two_daemons(a: Daemon, b: Daemon, count: int, how: str, target: Any) -> list[Figure]:
+    """A message for beta sent on A, to the listen stream's update at a client of B (``how``)."""
+    arrivals = Arrivals()
+    watch = FileWatch(b.db)
+    watch.start(arrivals)  # type: ignore[arg-type] - it only calls advance()
+    try:
+        async with listener(target, "peerd://inbox/beta") as heard:
+            samples: list[float] = []
+            for i in range(count + 5):
+                before = arrivals.mark
+                await asyncio.to_thread(a.send, "alpha", "beta", f"ping {i}")
+                got = await asyncio.wait_for(heard.get(), 30)
+                landed = await asyncio.to_thread(arrivals.first_beyond, before)
+                if i >= 5 and landed is not None:  # the first few warm up both processes
+                    samples.append(max(0.0, got - landed) * 1000)
+                await asyncio.sleep(0.02)  # let both daemons settle between samples (not a synchronisation)
+    finally:
+        watch.stop()
+    return [report(Figure(f"two daemons, listen ({how}): arrival to update p{pct}", percentile(samples, pct), "ms",
+                          at_most(LATENCY_TARGET_MS))) for pct in (50, 99)]
+
+
 def start_writer(home: Path) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-c", WRITER, str(home)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, cwd=ROOT)
@@ -148,6 +212,27 @@ async def latency_no_daemon(home: Path, count: int) -> list[Figure]:
                           at_most(LATENCY_TARGET_MS))),
             report(Figure("no daemon: commit to event p99", percentile(samples, 99), "ms",
                           at_most(LATENCY_TARGET_MS)))]
+
+
+async def listen_latency_no_daemon(home: Path, count: int) -> list[Figure]:
+    writer = await asyncio.to_thread(start_writer, home)
+    assert writer.stdin is not None and writer.stdout is not None
+    try:
+        async with listener(stdio(home, None), "peerd://inbox/solo") as heard:
+            samples = []
+            for i in range(count + 5):
+                writer.stdin.write("solo\n")
+                writer.stdin.flush()
+                committed = float(await asyncio.to_thread(writer.stdout.readline))
+                await asyncio.wait_for(heard.get(), 30)
+                if i >= 5:
+                    samples.append((time.time() - committed) * 1000)
+                await asyncio.sleep(0.02)  # (not a synchronisation)
+    finally:
+        writer.stdin.close()
+        await asyncio.to_thread(writer.wait, 30)
+    return [report(Figure(f"no daemon, listen (stdio): commit to update p{pct}", percentile(samples, pct), "ms",
+                          at_most(LATENCY_TARGET_MS))) for pct in (50, 99)]
 
 
 @asynccontextmanager
@@ -199,6 +284,34 @@ async def idle_cpu(d: Daemon, seconds: float) -> list[Figure]:
     return figures
 
 
+@asynccontextmanager
+async def listen_streams(d: Daemon, count: int) -> AsyncIterator[None]:
+    """``count`` listen streams on ``peerd mcp`` processes on ``d``'s home, and ``count`` on its /mcp."""
+    async with AsyncExitStack() as stack:
+        for i in range(count):
+            await stack.enter_async_context(listener(stdio(d.home, None), f"peerd://inbox/idle{i}"))
+            target = await stack.enter_async_context(http_target(d.info["mcp_url"], d.auth))
+            await stack.enter_async_context(listener(target, f"peerd://inbox/web{i}"))
+        yield
+
+
+async def idle_cpu_listening(d: Daemon, seconds: float) -> list[Figure]:
+    async with listen_streams(d, SESSIONS):
+        pids = mcp_pids(d.home)
+        assert len(pids) == SESSIONS, pids
+        await asyncio.sleep(1.0)  # let start-up work finish before the window opens
+        assert d.proc is not None
+        before, t0 = {pid: cpu_seconds(pid) for pid in pids}, time.monotonic()
+        pct_d = await asyncio.to_thread(cpu_percent, d.proc.pid, seconds)  # the daemon's, over the same window
+        took = time.monotonic() - t0
+        pct = [100 * (cpu_seconds(pid) - before[pid]) / took for pid in pids]
+    note(f"all {SESSIONS} listening peerd mcp together: {fmt(sum(pct))} %")
+    return [report(Figure(f"idle CPU of each peerd mcp with a listen stream (max of {SESSIONS})", max(pct), "%",
+                          at_most(IDLE_TARGET_PCT))),
+            report(Figure(f"idle CPU of the daemon with {SESSIONS} HTTP listen streams", pct_d, "%",
+                          at_most(IDLE_TARGET_PCT)))]
+
+
 async def run(root: Path, count: int, idle_s: float) -> list[Figure]:
     fleet = Fleet(root / "fleet")
     try:
@@ -209,8 +322,14 @@ async def run(root: Path, count: int, idle_s: float) -> list[Figure]:
                                 (b.peer(a) or {}).get("reachable"), 30, "the daemons to see each other")
         section("two daemons: a message sent on A, pushed to `peerd mcp --role beta` on B's home")
         figures = await latency_two_daemons(a, b, count)
+        section("two daemons, listen path (2026-07-28): the same message, an update on a listen stream at B")
+        figures += await listen_latency_two_daemons(a, b, count, "stdio", stdio(b.home, None))
+        async with http_target(b.info["mcp_url"], b.auth) as target:
+            figures += await listen_latency_two_daemons(a, b, count, "HTTP", target)
         section(f"idle: {SESSIONS} channel sessions beside daemon B, then {SESSIONS} HTTP sessions on its /mcp")
         figures += await idle_cpu(b, idle_s)
+        section(f"idle, listen path: {SESSIONS} `peerd mcp` listen streams and {SESSIONS} on daemon B's /mcp")
+        figures += await idle_cpu_listening(b, idle_s)
     finally:
         await asyncio.to_thread(fleet.close)
     section("no daemon: a write by another process, pushed to `peerd mcp --role solo`")
@@ -218,6 +337,8 @@ async def run(root: Path, count: int, idle_s: float) -> list[Figure]:
     await asyncio.to_thread(subprocess.run, [str(PEERD), "init", "--home", str(home), "--name", "solo"], check=True,
                             stdout=subprocess.DEVNULL)
     figures += await latency_no_daemon(home, count)
+    section("no daemon, listen path: the same write, an update on a listen stream of `peerd mcp`")
+    figures += await listen_latency_no_daemon(home, count)
     return figures
 
 

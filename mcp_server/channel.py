@@ -23,7 +23,12 @@ Invariants:
 * A session bound to a role is also told when a lease of that role is found lost or won here
   (``mcp_server.leasepush``), once each, before the mail of the same change.
 * Resource updates go only to sessions that subscribed to that URI, and only when the
-  resource's text changed since the subscription or the last update.
+  resource's text changed since the subscription or the last update. That is
+  ``resources/subscribe``, on the handshake revisions; at 2026-07-28 a client listens
+  (``subscriptions/listen``) and ``mcp_server.listen`` (the hub's ``listens``) tells its streams.
+* A 2026-07-28 client on stdio sends no ``notifications/initialized``: its session is attached
+  at its first request, and the pipe carries its pushes as on the handshake revisions. A
+  2026-07-28 HTTP request has no standing stream: no pushes there.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS, ServerNotification, ToolAnnotations
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_server import framing, leasepush, resources
@@ -50,10 +56,11 @@ from mcp_server.channelwire import (
     ConfigOf,
     PushConfig,
     SessionKey,
-    decorate_initialize,
+    decorate_handshake,
     http_config,
     session_key,
 )
+from mcp_server.listen import Listens
 from mcp_server.tools import Call, ToolSpec
 from replica import InvalidArgument, PeerdError, Replica
 from replica.feed import Waiter
@@ -123,6 +130,7 @@ class PushHub:
         self._config_of = config_of
         self._sessions: dict[SessionKey, Session] = {}
         self._closed = False
+        self.listens = Listens(self._run, waiter)  # resource updates for 2026-07-28 listen streams
 
     @property
     def sessions(self) -> Mapping[SessionKey, Session]:
@@ -190,33 +198,44 @@ class PushHub:
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        await self.listens.aclose()
 
     # -- the MCP side -----------------------------------------------------------------------
 
     async def middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        """Sees every inbound message: decorates ``initialize``, attaches sessions at
-        ``notifications/initialized``, answers ``resources/(un)subscribe``, and lets tool calls
-        find their session (``CURRENT``)."""
+        """Sees every inbound message: decorates ``initialize`` and ``server/discover``, attaches
+        sessions (at ``notifications/initialized``; a 2026-07-28 stdio client, which sends none,
+        at its first request), answers ``resources/(un)subscribe`` on the handshake revisions
+        (2026-07-28 has ``subscriptions/listen`` instead: ``mcp_server.listen``), and lets tool
+        calls find their session (``CURRENT``)."""
         stdio = ctx.request is None
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         key = None if stdio else session_key(ctx.request)
-        if ctx.method in ("resources/subscribe", "resources/unsubscribe"):
+        if ctx.method in ("resources/subscribe", "resources/unsubscribe") and not modern:
             if not stdio and key is None:
                 raise MCPError(code=INVALID_PARAMS, message="invalid_argument: subscriptions need a session "
                                "(a stateful MCP session with an mcp-session-id)")
             return await self._subscription(self._session(key, stdio=stdio), ctx)
-        if ctx.method == "initialize":
-            return decorate_initialize(await call_next(ctx), self._config_of(ctx.request))
         s = self._session(key, stdio=stdio) if stdio or key is not None else None
+        if s is not None and stdio and modern and s.outlet is None:
+            self._attach(s, ctx)  # the pipe is the session's stream from its first request on
+        if ctx.method in ("initialize", "server/discover"):
+            # a 2026-07-28 HTTP request has no standing stream: no channel is promised there
+            return decorate_handshake(await call_next(ctx), self._config_of(ctx.request), channel=stdio or not modern)
         token = CURRENT.set(s)
         try:
             result = await call_next(ctx)
         finally:
             CURRENT.reset(token)
         if ctx.method == "notifications/initialized" and s is not None:
-            s.config = self._config_of(ctx.request)
-            s.outlet = ctx.session
-            self._kick(s)
+            self._attach(s, ctx)
         return result
+
+    def _attach(self, s: Session, ctx: ServerRequestContext[Any, Any]) -> None:
+        """The session's client reads its stream from now on: push to it."""
+        s.config = self._config_of(ctx.request)
+        s.outlet = ctx.session
+        self._kick(s)
 
     async def _subscription(self, s: Session, ctx: ServerRequestContext[Any, Any]) -> HandlerResult:
         uri = (ctx.params or {}).get("uri")

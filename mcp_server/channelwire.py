@@ -5,9 +5,11 @@ Invariants:
 - A session is pushed to only while its ``PushConfig`` is ``active``: pushes on, and a role
   bound. Over HTTP, ``X-Peerd-Push: off`` (or 0, no, false) turns them off and
   ``X-Peerd-Push-From`` is the allowlist of senders; blank entries are dropped.
-- The ``initialize`` result always offers resource subscriptions; it names the
-  ``claude/channel`` capability, with the channel instructions, only for a session that will
-  be pushed to, so a client is never promised events it will not get.
+- The ``initialize`` and ``server/discover`` results always offer resource subscriptions and
+  never promise list changes (peerd's lists are fixed) nor prompts (it has none); they name
+  the ``claude/channel`` capability, with the channel instructions, only for a session that
+  will be pushed to, on a transport that can carry a push (not a 2026-07-28 HTTP request,
+  which has no standing stream), so a client is never promised events it will not get.
 - A header is read stripped; a blank one counts as absent.
 """
 
@@ -84,16 +86,22 @@ class ChannelNotification(Notification[ChannelParams, Literal["notifications/cla
     params: ChannelParams
 
 
-def decorate_initialize(result: HandlerResult, config: PushConfig) -> HandlerResult:
-    """The ``initialize`` result with resource subscriptions on and, for a push session, the
-    ``claude/channel`` capability and the channel instructions."""
+def decorate_handshake(result: HandlerResult, config: PushConfig, *, channel: bool = True) -> HandlerResult:
+    """An ``initialize`` (handshake revisions) or ``server/discover`` (2026-07-28) result with what
+    is true of peerd: resource subscriptions on, no list ever changes, no prompts (the SDK would
+    offer its empty prompt list), and, for a push session on a transport that carries pushes
+    (``channel``), the ``claude/channel`` capability and the channel instructions."""
     if not isinstance(result, dict):
         return result
     caps = result.setdefault("capabilities", {})
+    caps.pop("prompts", None)
+    for kind in ("tools", "resources"):
+        if isinstance(caps.get(kind), dict):
+            caps[kind]["listChanged"] = False
     res = caps.get("resources")
     if isinstance(res, dict):
         res["subscribe"] = True
-    if config.active and config.binding.role:
+    if channel and config.active and config.binding.role:
         caps.setdefault("experimental", {})[CHANNEL_CAPABILITY] = {}
         result["instructions"] = framing.instructions(config.binding.role, config.binding.instance)
     return result

@@ -13,7 +13,9 @@ Invariants:
 * Each POST is answered with one JSON body, never an SSE stream: a result carrying a
   largest message (900,000 bytes, up to 6x that once escaped) must reach clients that
   cap one server-sent event (the MCP SDK's HTTP client: 1 MiB). Pushes travel on the
-  session's GET stream, so a JSON answer loses nothing peerd sends.
+  session's GET stream, so a JSON answer loses nothing peerd sends. The one exception is the
+  SDK's: a 2026-07-28 ``subscriptions/listen`` is answered with its SSE stream, which carries
+  only small events (``mcp_server.listen`` has them announced).
 * Request bodies are capped at ``ops.MAX_JSON_REQUEST_BYTES``, the same limit
   as the local server's, so a largest message (900,000 bytes) always fits.
 * The app's ASGI lifespan runs the MCP session manager: its host runs the

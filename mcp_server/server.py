@@ -27,11 +27,12 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
-from mcp.types import CallToolResult, ContentBlock, TextContent
+from mcp.types import CallToolResult, ContentBlock, SubscriptionsListenRequestParams, TextContent
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mcp_server import published, resources
 from mcp_server.channel import PushHub, replay_tool
+from mcp_server.listen import LISTEN
 from mcp_server.tools import (
     TOOLS,
     Call,
@@ -212,19 +213,27 @@ def build_server(replica: ReplicaSource, *, waiter: Waiter, bind: SessionBinding
     ``waiter`` blocks ``wait`` calls until the replica changes; ``bind`` is the session binding
     when the transport cannot carry one (stdio); ``fleet_id`` is an optional daemon hook
     (called on the event loop: it must not block); ``push`` pushes mail and resource updates
-    to sessions (``mcp_server.channel``; without it there are neither); ``tools`` names the tool
-    set offered (``mcp_server.toolsets``; an HTTP request may ask for another).
+    to sessions and serves ``subscriptions/listen`` (``mcp_server.channel``, ``mcp_server.listen``;
+    without it there are none of these); ``tools`` names the tool set offered
+    (``mcp_server.toolsets``; an HTTP request may ask for another).
     """
     source = replica_source(replica)
     env = Env(source, waiter, bind or SessionBinding(), fleet_id)
     specs = (*TOOLS, replay_tool(push)) if push is not None else TOOLS
+    ours = [push.middleware, push.listens.middleware] if push is not None else []
     server: MCPServer[Any] = MCPServer(
         "peerd",
         version=_version(),
         instructions=INSTRUCTIONS,
         tools=[make_tool(spec, env) for spec in specs],
         log_level="WARNING",
-        middleware=[*([push.middleware] if push is not None else []), ToolSetFilter(tool_set(tools)).middleware],
+        subscriptions=False,  # subscriptions/listen is served below, by the hub's own handler (or not at all)
+        middleware=[*ours, ToolSetFilter(tool_set(tools)).middleware],
     )
+    if push is not None:
+        # MCPServer keeps the ListenHandler it would build to itself, and peerd must end the streams
+        # at shutdown: so the hub builds it, on its own bus, and it is registered as a low-level
+        # server's would be (``on_subscriptions_listen``).
+        server._lowlevel_server.add_request_handler(LISTEN, SubscriptionsListenRequestParams, push.listens.handler)
     resources.register(server, source)
     return server

@@ -2,7 +2,7 @@
 
 The SDK client drops notification methods it does not know, so channel events are observed
 through a ``ClientExtension`` binding. Clients connect in the handshake era (``mode="legacy"``),
-as Claude Code and Codex do. Absence is checked by order, not by waiting: pushes to a session
+as Claude Code and Codex do, unless a test asks for another ``mode``. Absence is checked by order, not by waiting: pushes to a session
 go out in arrival order, so once a later marker message arrives, anything that would have
 come before it has come.
 """
@@ -69,10 +69,11 @@ class Pushes(ClientExtension):
 
 
 @asynccontextmanager
-async def pushed_client(target: Any, **kwargs: Any) -> AsyncIterator[tuple[Client, Pushes]]:
-    """An SDK client (handshake era) on ``target`` that records what is pushed to it."""
+async def pushed_client(target: Any, *, mode: str = "legacy", **kwargs: Any) -> AsyncIterator[tuple[Client, Pushes]]:
+    """An SDK client (handshake era, unless ``mode`` says otherwise) on ``target`` that records what
+    is pushed to it."""
     pushes = Pushes()
-    async with Client(target, mode="legacy", extensions=[pushes], message_handler=pushes.on_message,
+    async with Client(target, mode=mode, extensions=[pushes], message_handler=pushes.on_message,
                       **kwargs) as client:
         yield client, pushes
 

@@ -1,5 +1,6 @@
 """Pushing mail into MCP sessions, in process: channel events (once, framed, gated, in bursts),
-replay, and resource subscriptions, on a real replica file through the SDK client."""
+replay, resource subscriptions and 2026-07-28 listen streams, on a real replica file through the
+SDK client."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from pathlib import Path
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ResourceUpdated
 from mcp.types import (
+    DiscoverResult,
     EmptyResult,
     SubscribeRequest,
     SubscribeRequestParams,
@@ -23,9 +26,11 @@ from mcp.types import (
 
 from mcp_server import FeedWaiter, SessionBinding, Wiring, build_server
 from mcp_server.channel import BURST, CHANNEL_CAPABILITY, PushConfig, PushHub
+from mcp_server.server import INSTRUCTIONS
 from replica import Replica, agent_id_for, open_home
 from replica.ids import receipt_id
-from tests.channels import Pushes, data, pushed_client
+from tests.channels import EVENT_WITHIN, Pushes, data, pushed_client
+from tests.waiting import eventually, patience
 
 
 @pytest.fixture
@@ -250,3 +255,53 @@ async def test_updates_only_for_subscribed_resources_that_changed(host: Host) ->
         assert await pushes.updates_until(inbox) == [inbox]
         with pytest.raises(MCPError, match="invalid_argument: not a peerd resource URI"):
             await subscribe(client, "file:///etc/passwd")
+
+
+# -- subscriptions/listen (2026-07-28) ----------------------------------------------------------
+
+
+@asynccontextmanager
+async def modern_client(host: Host) -> AsyncIterator[tuple[Client, PushHub]]:
+    """An unbound server with a hub, and an SDK client pinned to the 2026-07-28 revision."""
+    hub = PushHub(lambda: host.replica, host.waiter, lambda _request: PushConfig())
+    server = build_server(host.replica, waiter=host.waiter, push=hub)
+    try:
+        async with Client(server, mode="2026-07-28") as client:
+            yield client, hub
+    finally:
+        await hub.aclose()
+
+
+async def test_streams_listening_to_one_uri_watch_it_once_and_each_hear_it(host: Host) -> None:
+    """Two listen streams on beta's inbox: the URI is watched once (two streams), each stream gets
+    the update; once both end, nothing is watched."""
+    inbox = "peerd://inbox/beta"
+    async with modern_client(host) as (client, hub):
+        async with client.listen(resource_subscriptions=[inbox]) as one, \
+                client.listen(resource_subscriptions=[inbox, inbox]) as two:
+            assert hub.listens.watched == {inbox: 2}
+            await send(host, "alpha", "beta", "hello")
+            for sub in (one, two):
+                assert await asyncio.wait_for(anext(sub), patience(EVENT_WITHIN)) == ResourceUpdated(uri=inbox)
+        await eventually(lambda: not hub.listens.watched, EVENT_WITHIN, "the ended streams to be forgotten")
+
+
+async def test_a_listen_for_a_foreign_uri_is_refused(host: Host) -> None:
+    """Listening to a URI that is not peerd's is invalid_argument, before any acknowledgement."""
+    async with modern_client(host) as (client, hub):
+        with pytest.raises(MCPError, match="invalid_argument: not a peerd resource URI: 'file:///etc/passwd'"):
+            async with client.listen(resource_subscriptions=["peerd://inbox/beta", "file:///etc/passwd"]):
+                pass
+        assert hub.listens.watched == {}
+
+
+async def test_discover_tells_what_is_true_of_the_server(host: Host) -> None:
+    """server/discover of a hub's server: resources with subscribe, tools, no list changes, no
+    prompts; claude/channel and the role's instructions only for a bound push session."""
+    async with modern_client(host) as (client, _hub):
+        found = DiscoverResult.model_validate(await client.session.send_discover("2026-07-28"))
+        caps = found.capabilities
+        assert caps.resources is not None and (caps.resources.subscribe, caps.resources.list_changed) == (True, False)
+        assert caps.tools is not None and caps.tools.list_changed is False
+        assert caps.prompts is None and caps.experimental is None
+        assert found.instructions == INSTRUCTIONS
