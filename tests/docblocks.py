@@ -8,6 +8,9 @@ Rules every block of README.md and docs/*.md keeps (``tests/test_docs_examples.p
   configurations among them are also started as MCP servers (stdio) or connected to (HTTP, with
   ``<name>`` values such as ``<local-port>`` filled in, and the role they bind checked); ``text``
   blocks are shown, never run. A bare ``peerd mcp`` command is a server: the runner connects to it.
+  A block of ``claude mcp add``, ``gemini mcp add`` and ``qwen mcp add`` lines is a client
+  configuration too: the runner starts or connects to each server they add, as their client would.
+  ``peerd codex-wake`` runs beside the rest of the doc until it ends (its shown output awaited).
   A block whose first line starts with ``$ `` must be ``console`` (shown output is always checked).
 - A marker on the line right before the fence changes that: ``<!-- doc-test: skip (reason) -->``
   leaves the block out (the reason is listed), ``<!-- doc-test: on=NAME -->`` runs it on machine
@@ -22,7 +25,7 @@ Rules every block of README.md and docs/*.md keeps (``tests/test_docs_examples.p
   must be the same word, and ``<name>`` in a later command is replaced by it. Commands must exit 0.
 - In commands and configurations, ``/path/to/peerd`` stands for the clone and ``/home/me`` for the
   user's home folder.
-- HTTP configurations carry the local port's token as their client does: ``claude mcp add`` lines are
+- HTTP configurations carry the local port's token as their client does: ``mcp add`` lines are
   read as the shell reads them (``--header "Authorization: Bearer $(cat ...)"`` runs the ``cat``);
   a Codex ``bearer_token_env_var`` (or ``env_http_headers``) names a variable the reader sets before
   starting Codex, as the doc says: the runner gives ``PEERD_TOKEN``, the one the docs name, the
@@ -190,16 +193,20 @@ def strip_comment(line: str) -> str:
 _DAEMON = re.compile(r"^(uv run (--directory \S+ )?)?peerd run\b")
 _WAITS = re.compile(r"^(uv run (--directory \S+ )?)?peerd join\b.*--lan\b")
 _SERVES = re.compile(r"^(uv run (--directory \S+ )?)?peerd mcp\b")
+_FOLLOWS = re.compile(r"^(uv run (--directory \S+ )?)?peerd codex-wake\b")
 _SHELL_OPERATORS = re.compile(r"[|;<>]|&&")
 
 
 def long_running(command: str) -> str | None:
     """``daemon`` for ``peerd run`` (with or without ``&``), ``waits`` for ``peerd join --lan``
     (it waits for another machine's approval), ``serves`` for a bare ``peerd mcp`` (an MCP server
-    that runs until its client leaves), None for a command that finishes by itself."""
+    that runs until its client leaves), ``follows`` for ``peerd codex-wake`` (it runs beside the
+    reader's agents until stopped), None for a command that finishes by itself."""
     bare = strip_comment(command).removesuffix("&").strip()
     if _DAEMON.match(bare):
         return "daemon"
+    if _FOLLOWS.match(bare):
+        return "follows"
     if _WAITS.match(bare):
         return "waits"
     if _SERVES.match(bare) and not _SHELL_OPERATORS.search(bare):
@@ -238,7 +245,7 @@ class Segment:
     """A piece of a sh block: a script run to its end, or one long-running command."""
 
     script: str
-    kind: str | None  # None, "daemon" or "waits"
+    kind: str | None  # None, or what ``long_running`` says
 
 
 def shell_segments(body: str) -> list[Segment]:
@@ -406,8 +413,9 @@ def json_servers(text: str, where: str) -> list[Server]:
     for name, spec in (data.get("mcpServers") or {}).items() if isinstance(data, dict) else ():
         if not isinstance(spec, dict):
             raise DocError(f"{where}: mcpServers.{name} must be an object")
-        if "url" in spec:
-            servers.append(_http_server("json", name, spec["url"], spec.get("headers", {}), where))
+        if "url" in spec or "httpUrl" in spec:  # httpUrl: Gemini CLI's and Qwen Code's streamable HTTP
+            servers.append(_http_server("json", name, spec.get("httpUrl", spec.get("url")), spec.get("headers", {}),
+                                        where))
             continue
         if not isinstance(spec.get("command"), str):
             raise DocError(f"{where}: mcpServers.{name} needs a command (and args)")
@@ -446,22 +454,30 @@ def check_ini(text: str, where: str) -> None:
         raise DocError(f"{where}: not an INI file: {exc}") from None
 
 
-_CLAUDE_ADD = re.compile(r"^claude mcp add\b")
+_CLIENT_ADD = re.compile(r"^(claude|gemini|qwen) mcp add\b")
 
 
-def claude_servers(body: str, where: str,
+def client_servers(body: str, where: str,
                    words_of: Callable[[str], list[str]] = shlex.split) -> list[Server] | None:
-    """The servers of a block of ``claude mcp add`` lines, or None if it has other commands.
+    """The servers of a block of ``claude mcp add``, ``gemini mcp add`` and ``qwen mcp add`` lines,
+    or None if it has other commands.
 
     ``claude mcp add [--scope S] [--transport http NAME URL --header H...] NAME -- COMMAND ARGS...``;
-    ``words_of`` splits a line into words (the runner's expands them as the user's shell would)."""
+    ``gemini|qwen mcp add [--scope S] [--transport http] NAME COMMAND|URL [ARGS...] [--header H...]``
+    (their own options may come anywhere; any other word after NAME is the command or one of its
+    arguments, in order). ``words_of`` splits a line into words (the runner's expands them as the
+    user's shell would)."""
     servers: list[Server] = []
     lines = [strip_comment(line) for line in logical_lines(body)]
     commands = [line for line in lines if line]
-    if not commands or not all(_CLAUDE_ADD.match(line) for line in commands):
+    if not commands or not all(_CLIENT_ADD.match(line) for line in commands):
         return None
     for line in commands:
-        words = words_of(line)[3:]
+        words = words_of(line)
+        client, words = words[0], words[3:]
+        if client != "claude":
+            servers.append(_yargs_server(client, words, where))
+            continue
         if "--" not in words:
             options, positional = _claude_options(words, where)
             if options.get("--transport") != "http" or len(positional) != 2 or not positional[1].startswith("http://"):
@@ -476,8 +492,14 @@ def claude_servers(body: str, where: str,
     return servers
 
 
+claude_servers = client_servers  # the name the runner first knew it by
+
 _CLAUDE_VALUED = frozenset({"--scope", "-s", "--transport", "-t", "--header", "-H", "--env", "-e"})
 _CLAUDE_REPEATED = frozenset({"--header", "-H", "--env", "-e"})
+# Gemini CLI's and Qwen Code's own options of ``mcp add`` (yargs; they may come anywhere in the line).
+_YARGS_VALUED = frozenset({"--scope", "-s", "--transport", "-t", "--type", "--header", "-H", "--env", "-e",
+                           "--timeout", "--description", "--include-tools", "--exclude-tools"})
+_YARGS_FLAGS = frozenset({"--trust", "--debug", "-d"})
 
 
 def _claude_options(words: list[str], where: str) -> tuple[dict[str, str], list[str]]:
@@ -496,6 +518,29 @@ def _claude_options(words: list[str], where: str) -> tuple[dict[str, str], list[
     return options, positional
 
 
+def _yargs_server(client: str, words: list[str], where: str) -> Server:
+    """A ``gemini mcp add`` or ``qwen mcp add`` line's server (its words after ``mcp add``)."""
+    options: dict[str, str] = {}
+    rest: list[str] = []
+    it = iter(words)
+    for word in it:
+        if word in _YARGS_VALUED:
+            value = next(it, "")
+            options[word] = options[word] + "\n" + value if word in ("--header", "-H") and word in options else value
+        elif word.startswith("-") and not rest and word not in _YARGS_FLAGS:
+            raise DocError(f"{where}: {client} mcp add has no option {word}")
+        elif word not in _YARGS_FLAGS:
+            rest.append(word)
+    if len(rest) < 2:
+        raise DocError(f"{where}: {client} mcp add [options] NAME COMMAND|URL [ARGS...]")
+    transport = options.get("--transport") or options.get("-t") or options.get("--type")
+    if transport == "http" or (transport is None and rest[1].startswith("http://")):
+        if len(rest) != 2 or not rest[1].startswith("http://"):
+            raise DocError(f"{where}: {client} mcp add --transport http NAME URL [--header H...]")
+        return _http_server(client, rest[0], rest[1], _claude_headers(options, where), where)
+    return StdioServer(client, rest[0], rest[1], tuple(rest[2:]))
+
+
 def _claude_headers(options: Mapping[str, str], where: str) -> dict[str, str]:
     """The ``--header 'Name: value'`` options (``-H`` too), in order."""
     headers: dict[str, str] = {}
@@ -503,6 +548,6 @@ def _claude_headers(options: Mapping[str, str], where: str) -> dict[str, str]:
         for header in options[flag].split("\n") if flag in options else ():
             key, sep, value = header.partition(":")
             if not sep:
-                raise DocError(f"{where}: claude mcp add --header takes 'Name: value'")
+                raise DocError(f"{where}: mcp add --header takes 'Name: value'")
             headers[key.strip()] = value.strip()
     return headers

@@ -11,9 +11,10 @@ for the output the doc shows, and the next command on that machine first waits f
 A bare ``peerd mcp`` is an MCP server: over stdio the runner connects to it as a client and lists
 its tools; over HTTP it waits for the line naming its URL, connects from inside the machine with
 the token it names, and stops it. MCP client configurations are started (stdio) or connected to
-(HTTP, on the doc's daemon, with the headers the client would send: ``claude mcp add`` lines
-expanded by the machine's shell, Codex's token variable set as the doc tells the reader) the same
-way. Everything started is stopped when the doc ends.
+(HTTP, on the doc's daemon, with the headers the client would send: ``claude``/``gemini``/``qwen
+mcp add`` lines expanded by the machine's shell, Codex's token variable set as the doc tells the
+reader) the same way. ``peerd codex-wake`` starts in the background like ``peerd run``; the runner
+waits for the output the doc shows. Everything started is stopped when the doc ends.
 """
 
 from __future__ import annotations
@@ -253,7 +254,7 @@ class DocRun:
 
     def _shell(self, block: db.Block) -> None:
         m = self.machine(block.machine)
-        servers = db.claude_servers(block.body, block.where, lambda line: self._shell_words(m, line))
+        servers = db.client_servers(block.body, block.where, lambda line: self._shell_words(m, line))
         if servers is not None:
             for server in servers:
                 self._serve(m, server, block.where)
@@ -312,7 +313,7 @@ class DocRun:
             return
         command = db.substitute(server.command, {}, paths)
         args = [db.substitute(a, {}, paths) for a in server.args]
-        if server.client == "claude":  # `claude mcp add` is typed in a shell, which expands ~
+        if server.client in ("claude", "gemini", "qwen"):  # `mcp add` is typed in a shell, which expands ~
             args = [str(m.root) + a[1:] if a == "~" or a.startswith("~/") else a for a in args]
         if command in ("peerd", "uv") and "mcp" in args and "--home" not in args:
             raise db.DocError(f"{where}: {server.client} config for {server.name} must pass --home "

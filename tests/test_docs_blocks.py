@@ -162,3 +162,31 @@ def test_client_configurations() -> None:
         db.toml_servers('[mcp_servers.peerd]\nargs = ["mcp"]\n', "d")
     with pytest.raises(db.DocError, match="no option"):
         db.claude_servers("claude mcp add --bogus x -- peerd mcp\n", "d")
+
+
+def test_gemini_and_qwen_configurations() -> None:
+    """`gemini mcp add` and `qwen mcp add` lines give the server as their client stores it: options
+    (wherever they stand) apart, every other word after the name the command and its arguments."""
+    lines = ("gemini mcp add --scope user peerd peerd mcp --home ~/h --role r --no-push\n"
+             "qwen mcp add --transport http p http://127.0.0.1:1/mcp --header 'X: y' -H 'Z: w'\n"
+             "qwen mcp add q http://127.0.0.1:2/mcp\n")
+    assert db.client_servers(lines, "d") == [
+        db.StdioServer("gemini", "peerd", "peerd", ("mcp", "--home", "~/h", "--role", "r", "--no-push")),
+        db.HttpServer("qwen", "p", "http://127.0.0.1:1/mcp", (("X", "y"), ("Z", "w"))),
+        db.HttpServer("qwen", "q", "http://127.0.0.1:2/mcp")]
+    assert db.client_servers("gemini mcp list\n", "d") is None
+    assert db.client_servers("claude mcp add p -- peerd mcp\ngemini --version\n", "d") is None
+    for bad in ("gemini mcp add --bogus p peerd\n", "qwen mcp add p\n",
+                "gemini mcp add --transport http p http://h:1/mcp extra\n"):
+        with pytest.raises(db.DocError):
+            db.client_servers(bad, "d")
+    generic = db.json_servers('{"mcpServers": {"p": {"httpUrl": "http://h:1/mcp", "headers": {"X-Peerd-Role": "r"}}}}',
+                              "d")
+    assert generic == [db.HttpServer("json", "p", "http://h:1/mcp", (("X-Peerd-Role", "r"),))]
+
+
+def test_codex_wake_runs_beside_the_doc() -> None:
+    """`peerd codex-wake` is long-running: started in the background, its shown output awaited."""
+    assert db.long_running("peerd codex-wake --home ~/h &") == "follows"
+    assert db.long_running("uv run peerd codex-wake") == "follows"
+    assert [s.kind for s in db.shell_segments("peerd init\npeerd codex-wake &\n")] == [None, "follows"]

@@ -64,6 +64,8 @@ def offenders(room: str, allowed: tuple[str, ...], banned: tuple[str, ...] = ())
     ("peerd.configrules", ("peerd.errors", "peerd.fleetkey", "peerd.limits", "discovery.seeds", "discovery.source",
                            "replica", "peerd.config"), IO),
     ("discovery.lanview", ("discovery",), IO),
+    ("peerd.codexapp", ("peerd.errors", "replica.errors"), ()),
+    ("peerd.codexwake", ("peerd.codexapp", "mcp_server.framing", "replica"), ()),
 ])
 def test_each_room_imports_only_what_it_may(room: str, allowed: tuple[str, ...], banned: tuple[str, ...]) -> None:
     """replica, discovery, mcp_server, the sans-io protocol, the transport, the peer table, the node's

@@ -67,6 +67,8 @@ COMMANDS = (
     Command("send", "arguments", "send a message ('-' as TEXT reads it from stdin)"),
     Command("inbox", "arguments", "unread messages for a role (records delivery)"),
     Command("hook", "hook", "print a role's unread mail for a Claude Code or Codex hook", usage_exit=1),
+    Command("codex-wake", "codex", "hand each role's new mail to the Codex session that speaks for it, as input "
+                                   "Codex runs at once"),
     Command("read", "arguments", "mark messages read by receipt id"),
     Command("retract", "arguments", "retract a message you sent: every node drops its content (signed)"),
     Command("status", "arguments", "node, fleet, peers, per-peer lag, totals, catch-up; or, given a MESSAGE_ID, "
