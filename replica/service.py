@@ -9,8 +9,9 @@ Invariants:
   instead: a message id given as a receipt id, receipt ids none of which is known, receipts of
   another role than ``callerOrchestrator``. A partial batch marks the valid ids and names the
   others (``unknown``, with a ``warning``). Each such error changed nothing.
-* A send to a role never seen succeeds (the message waits for it) and says so in a sentence
-  naming the closest known roles (``warning``).
+* A send to a role never seen, or seen only reading its inbox (unconfirmed), succeeds (the message
+  waits for it) and says so in a sentence naming the closest known roles (``warning``); so does a
+  read of such a role's inbox (the result gains ``warning``, VantagePeers' fields unchanged).
 * A send's recipient check, its write and the read-back of what it stored are one transaction
   (``Replica.send_checked``).
 * No asyncio: waiting is the caller's (``replica.feed``); the methods are synchronous and
@@ -37,20 +38,48 @@ def _quoted(names: Sequence[str]) -> str:
     return shown + (f" and {len(names) - MAX_SHOWN} more" if len(names) > MAX_SHOWN else "")
 
 
-def unknown_role_warning(check: RecipientCheck) -> str | None:
-    """The sentence a send to never-seen roles answers with (the message is stored all the same)."""
-    unknown = check.unknown_recipients
-    if not unknown:
-        return None
-    subject = f"role {_quoted(unknown)} has" if len(unknown) == 1 else f"roles {_quoted(unknown)} have"
-    text = (f"{subject} not been seen in this fleet yet (no profile, never sent a message, never checked an "
-            "inbox); the message is stored and waits until one appears.")
-    near = firstseen.close(unknown, check.known_roles)
+def _standing(check: RecipientCheck) -> str:
+    """What the roles of a check are: never seen, and seen only reading (``replica.firstseen``)."""
+    never = [r for r in check.unknown_recipients if r not in check.unconfirmed]
+    parts = []
+    if never:
+        subject = f"role {_quoted(never)} has" if len(never) == 1 else f"roles {_quoted(never)} have"
+        parts.append(f"{subject} not been seen in this fleet yet (no profile, never sent a message, never "
+                     "checked an inbox)")
+    if check.unconfirmed:
+        seen = check.unconfirmed
+        subject = f"role {_quoted(seen)} has" if len(seen) == 1 else f"roles {_quoted(seen)} have"
+        parts.append(f"{subject} only been seen reading an inbox (no profile, never sent a message): maybe a typo")
+    return "; ".join(parts)
+
+
+def _suggestions(check: RecipientCheck) -> str:
+    """The closest spellings (``broadcast`` for a word meaning everyone) and the confirmed roles."""
+    text = ""
+    near = firstseen.close(check.unknown_recipients, check.known_roles)
     if near:
         text += f" Did you mean {_quoted(near)}?"
     if check.known_roles:
         return text + f" Known roles: {', '.join(check.known_roles)}."
     return text + " This node knows no role yet."
+
+
+def unknown_role_warning(check: RecipientCheck) -> str | None:
+    """The sentence a send to roles never seen, or seen only reading, answers with (the message is
+    stored all the same)."""
+    if not check.unknown_recipients:
+        return None
+    return f"{_standing(check)}; the message is stored and waits until one appears." + _suggestions(check)
+
+
+def reader_warning(check: RecipientCheck) -> str | None:
+    """The sentence a read of the inbox of a role never seen, or seen only reading, answers with
+    (``Replica.reader_check``, asked before the read; the inbox is returned all the same)."""
+    if not check.unknown_recipients:
+        return None
+    then = ("this read makes it known, unconfirmed until it sends a message or sets a profile"
+            if not check.unconfirmed else "it stays unconfirmed until it sends a message or sets a profile")
+    return f"{_standing(check)}; {then}." + _suggestions(check)
 
 
 def mark_problem(done: MarkResult, caller: str | None, asked: int) -> str | None:
@@ -140,6 +169,7 @@ class Service:
         """A page of ``role``'s inbox (unread only unless ``include_read``), oldest first; reading it
         records *delivered*. ``since``: a cursor, or a time (``replica.stamps.parse_since``)."""
         r = self.replica
+        check = r.reader_check(role)  # before the read, which makes the role known
         if include_read:
             cursor = parse_since(since, now_ms=now_ms, newest=r.max_lseq()).cursor
             page = r.inbox_all(role, instance, cursor, limit)
@@ -149,7 +179,8 @@ class Service:
                                     max_bytes=max_bytes, tenant_id=tenant)
         return {"recipient": role, "recipientInstanceId": instance,
                 "messages": [wire.inbox_item(m) for m in page.messages], "cursor": page.cursor,
-                "truncated": page.truncated, "nextSince": page.cursor if page.truncated else None}
+                "truncated": page.truncated, "nextSince": page.cursor if page.truncated else None,
+                **({"warning": warning} if (warning := reader_warning(check)) else {})}
 
     def mark(self, receipt_ids: Sequence[str], caller: str | None = None) -> Marked:
         """Mark receipts read; refused (nothing marked) when the ids cannot be what was meant."""

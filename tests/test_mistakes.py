@@ -103,8 +103,8 @@ async def test_foreign_receipts_with_caller_orchestrator_are_refused(replica: Re
 async def test_a_send_to_a_never_seen_role_warns_with_the_closest_known(replica: Replica) -> None:
     """The message is stored and waits, and the result's text says so, naming 'reviewer'."""
     async with connect(replica) as c:
-        await ok(c, "check_messages", recipient="reviewer")  # the role is seen
-        await ok(c, "check_messages", recipient="builder")
+        await ok(c, "update_profile", orchestratorId="reviewer", name="R")  # the role is seen, and confirmed
+        await ok(c, "update_profile", orchestratorId="builder", name="B")
         result = await c.call_tool("send_message", {"from": "alpha", "channel": "reveiwer", "content": "x"})
         assert not result.is_error and result.structured_content is not None
         warning = texts(result)[1]
@@ -114,6 +114,24 @@ async def test_a_send_to_a_never_seen_role_warns_with_the_closest_known(replica:
         assert json.loads(texts(result)[0])["messageId"] == result.structured_content["messageId"]
         known = await c.call_tool("send_message", {"from": "alpha", "channel": "reviewer", "content": "y"})
         assert len(texts(known)) == 1 and known.structured_content and known.structured_content["warning"] is None
+
+
+async def test_reading_a_never_seen_role_warns_and_keeps_vantagepeers_fields(replica: Replica) -> None:
+    """check_messages for a typo'd role returns the inbox with VantagePeers' fields, plus a ``warning``
+    (also the result's second text) naming the closest confirmed role; a confirmed role gets none."""
+    async with connect(replica) as c:
+        await ok(c, "update_profile", orchestratorId="reviewer", name="R")
+        result = await c.call_tool("check_messages", {"recipient": "reveiwer"})
+        assert not result.is_error and result.structured_content is not None
+        data = result.structured_content
+        assert {"recipient", "recipientInstanceId", "messages", "cursor", "truncated", "nextSince"} <= set(data)
+        warning = texts(result)[1]
+        assert warning.startswith("warning: role 'reveiwer' has not been seen in this fleet yet")
+        assert "Did you mean 'reviewer'?" in warning and data["warning"] == warning.removeprefix("warning: ")
+        again = await c.call_tool("check_messages", {"recipient": "reveiwer"})
+        assert again.structured_content and "only been seen reading" in again.structured_content["warning"]
+        fine = await c.call_tool("check_messages", {"recipient": "reviewer"})
+        assert len(texts(fine)) == 1 and fine.structured_content and fine.structured_content.get("warning") is None
 
 
 async def test_schemas_state_what_descriptions_say(replica: Replica) -> None:

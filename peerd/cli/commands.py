@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -200,6 +201,10 @@ def cmd_inbox(args: argparse.Namespace) -> int:
                             "wait": args.wait, "all": args.all}
     with backend(_home(args), _flag(args)) as b:
         inbox = b.inbox(body)
+        if inbox.get("warning"):  # a role never seen, or seen only reading: most often a typo
+            _warn(inbox)
+            print(f"  if {args.role!r} is a typo, forget it: peerd roles forget {shlex.quote(args.role)}{_flag(args)}",
+                  file=sys.stderr, flush=True)
         if not args.follow:
             _emit(args, inbox, lambda d: fmt.format_inbox(d, all_=args.all))
             return 0
