@@ -378,6 +378,12 @@ class Messaging(ReplicaCore):
             self.scrub(SCRUB_INLINE_STEPS)  # the rest, if any, is the daemon's (``peerd.indexer``)
         return self.get_message(mid)
 
+    def receipt_owner(self, receipt_id: str) -> tuple[str, str, str | None] | None:
+        """(message id, role, instance) of a receipt id this replica knows, else None."""
+        with self._store.read() as cur:
+            row = cur.execute("SELECT msg_id, role, inst FROM receipts WHERE rid = ?", (receipt_id.strip(),)).fetchone()
+        return None if row is None else (row[0], row[1], row[2] or None)
+
     def receipt_count(self, message_id: str) -> int:
         mid = required_name(message_id, "messageId")
         with self._store.read() as cur:

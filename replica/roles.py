@@ -61,17 +61,15 @@ class Roles(ReplicaCore):
             return check_roles(cur, roles)[0]
 
     def reader_check(self, recipient: str) -> RecipientCheck:
-        """Whether the role reading its inbox is one this replica has never seen, or seen only
-        reading (``unknown_recipients`` names it, then, with the confirmed roles to suggest); asked
-        before the read, which makes it known."""
+        """Whether the role reading its inbox is one this replica has never seen
+        (``unknown_recipients`` names it, then, with the confirmed roles to suggest); asked before
+        the read, which makes it known (unconfirmed: ``recipient_check`` keeps warning senders)."""
         role = required_name(recipient, "recipient")
         with self._store.read() as cur:
-            standing = firstseen.status(cur, role)
-            if standing == firstseen.CONFIRMED:
+            if firstseen.status(cur, role) is not None:
                 return RecipientCheck((), ())
             known = firstseen.confirmed_roles(cur)
-        return RecipientCheck((role,), tuple(firstseen.hint([role], known)),
-                              (role,) if standing == firstseen.UNCONFIRMED else ())
+        return RecipientCheck((role,), tuple(firstseen.hint([role], known)))
 
     def forget_role(self, role: str) -> RoleForgotten:
         """Forget a role seen only reading its inbox (a typo, most often), on every replica: sends

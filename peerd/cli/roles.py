@@ -115,6 +115,8 @@ def _common() -> argparse.ArgumentParser:
 
 
 def roles_arguments(s: argparse.ArgumentParser) -> None:
+    s.description = ("With no VERB: every role known here, confirmed (it sent a message or has a profile) or "
+                     "unconfirmed (seen only reading its inbox), and the nodes that sent in its name.")
     s.set_defaults(fn=cmd_roles)  # with no verb: the list
     verbs = s.add_subparsers(dest="verb", metavar="VERB")
     v = verbs.add_parser("forget", parents=[_common()], help="forget a role seen only reading its inbox (a typo), "
