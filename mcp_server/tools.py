@@ -93,7 +93,7 @@ async def check_messages(call: Call, a: s.CheckMessagesArgs) -> Wire:
 
     def read(svc: Service) -> Wire:
         out = svc.inbox(role, inst, a.since, a.limit, max_bytes=INBOX_BYTES, tenant=a.tenant_id, now_ms=now_ms())
-        first.extend([out["warning"]] if "warning" in out and not first else [])
+        first.extend([out["warning"]] if out["warning"] and not first else [])
         return {**out, "warning": first[0]} if first else out
 
     async def look() -> Wire:

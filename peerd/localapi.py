@@ -198,7 +198,7 @@ def _messaging_routes(node: Node) -> list[BaseRoute]:
             warning = warning or inbox.get("warning")
             left = deadline - time.monotonic()
             if inbox["messages"] or left <= 0 or not await wait_for(node.waiter, seen, left):
-                return {**inbox, "warning": warning} if warning else inbox
+                return {**inbox, "warning": warning}
 
     async def read(r: Request) -> Any:
         d = await read_json(r)

@@ -195,7 +195,7 @@ class Service:
         return {"recipient": role, "recipientInstanceId": instance,
                 "messages": [wire.inbox_item(m) for m in page.messages], "cursor": page.cursor,
                 "truncated": page.truncated, "nextSince": page.cursor if page.truncated else None,
-                **({"warning": warning} if (warning := reader_warning(check)) else {})}
+                "warning": reader_warning(check)}
 
     def mark(self, receipt_ids: Sequence[str], caller: str | None = None) -> Marked:
         """Mark receipts read; refused (nothing marked) when the ids cannot be what was meant."""

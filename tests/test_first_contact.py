@@ -289,6 +289,7 @@ def test_global_options_work_before_or_after_the_command(tmp_path: Path) -> None
                           "--home", str(home)))  # given twice: the one after the command wins
     assert [m["content"] for m in before["messages"]] == ["hello"]
     assert before.pop("warning").startswith("role 'b' has not been seen")  # the first read makes it known
+    assert after.pop("warning") is mixed.pop("warning") is None
     assert before == after == mixed
 
 

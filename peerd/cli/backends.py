@@ -209,7 +209,7 @@ def wait_offline(rep: Replica, look: Callable[[], dict[str, Any]], wait: float) 
             warning = warning or out.get("warning")
             left = deadline - time.monotonic()
             if out["messages"] or left <= 0:
-                return {**out, "warning": warning} if warning else out
+                return {**out, "warning": warning}
             changed.wait(left)
     finally:
         unsubscribe()

@@ -44,6 +44,7 @@ from typing import IO, Any, NoReturn
 
 from mcp_server import framing
 from replica import mailbox, schema
+from replica.errors import StoreError
 from replica.names import name_key
 from replica.routing import DAY_MS, DEFAULT_BROADCAST_HISTORY_MS
 
@@ -201,7 +202,7 @@ def save_cursors(home: Path, cursors: dict[str, Any]) -> None:
 # child shares), which lets it go when the delivery is recorded, or when it dies.
 
 
-class LockTimeout(Exception):
+class LockTimeout(StoreError):
     """The reader's lock was not had in time (another hook of the reader is still recording)."""
 
 
