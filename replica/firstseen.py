@@ -75,11 +75,11 @@ class Seen:
             return Seen(_least(self.confirmed, s.at), self.reads, self.forgot)
         if s.kind == READ:
             return Seen(self.confirmed, self.reads | {s.at}, self.forgot)
-        return Seen(self.confirmed, self.reads, s.at if self.forgot is None else max(self.forgot, s.at))
+        return Seen(self.confirmed, self.reads, _greatest(self.forgot, s.at))
 
     def join(self, other: Seen) -> Seen:
-        forgot = other.forgot if self.forgot is None else max(self.forgot, other.forgot or self.forgot)
-        return Seen(_least(self.confirmed, other.confirmed), self.reads | other.reads, forgot)
+        return Seen(_least(self.confirmed, other.confirmed), self.reads | other.reads,
+                    _greatest(self.forgot, other.forgot))
 
     @property
     def counted(self) -> frozenset[int]:
@@ -103,6 +103,10 @@ class Seen:
 
 def _least(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else min(a, b)
+
+
+def _greatest(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def merge(state: Mapping[str, Seen], sightings: Iterable[Sighting]) -> dict[str, Seen]:
