@@ -80,6 +80,8 @@ class InboxOut(Camel):
     cursor: int = Field(description="Pass as 'since' to skip what this call returned.")
     truncated: bool = Field(description="More unread messages wait (limit or the page's byte budget).")
     next_since: int | None = Field(description="When truncated: pass as 'since' for the next page.")
+    warning: str | None = Field(None, description="When the recipient was never seen in the fleet, or only reading "
+                                "(a likely typo): a sentence naming the closest known roles (also a second text).")
 
 
 class MarkedOut(Camel):

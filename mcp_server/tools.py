@@ -89,8 +89,12 @@ async def check_messages(call: Call, a: s.CheckMessagesArgs) -> Wire:
     role = role_of(a.recipient, call.bind, "recipient")
     inst = instance_of(a.recipient_instance_id, role, call.bind)
 
+    first: list[object] = []  # the first look's warning: a role never seen is known once it has looked
+
     def read(svc: Service) -> Wire:
-        return svc.inbox(role, inst, a.since, a.limit, max_bytes=INBOX_BYTES, tenant=a.tenant_id, now_ms=now_ms())
+        out = svc.inbox(role, inst, a.since, a.limit, max_bytes=INBOX_BYTES, tenant=a.tenant_id, now_ms=now_ms())
+        first.extend([out["warning"]] if out["warning"] and not first else [])
+        return {**out, "warning": first[0]} if first else out
 
     async def look() -> Wire:
         return await call.serve(read)

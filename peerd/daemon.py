@@ -1,9 +1,10 @@
 """``peerd run``: open the home, start the node and the local server, write daemon.json.
 
 Invariants: daemon.json appears only once both listeners accept connections
-and is removed on clean shutdown; right after writing it, ``run`` prints the
-same object as one JSON line on stdout (the ready line: whoever started the
-daemon waits for it instead of polling for the file) and nothing else goes to
+and is removed on clean shutdown; right after writing it, ``run`` calls its
+``on_ready`` with the same object (``peerd run`` prints its ready block then, and with
+``--json`` the object as one JSON line on stdout, ``announce_ready``: whoever started the
+daemon waits for it instead of polling for the file); nothing else goes to
 stdout; SIGTERM and SIGINT stop the daemon cleanly; the node id survives
 restarts because the key lives in the home. The process has one change feed
 (``replica.feed``), watching the replica file for other processes' writes; on
@@ -14,8 +15,8 @@ process that merely inherited a stale pid) and waits for the process to exit.
 The home is made owner-only before anything is read from it (``peerd.home.tighten``;
 what another user owns is logged, not changed), and the local port answers only a
 caller holding the home's ``local.token`` or a browser session opened by a login
-link (``peerd.localauth``); the ready line never carries a secret, the login link
-goes only to ``on_ready``.
+link (``peerd.localauth``); daemon.json and the ready line never carry a secret, the login
+link goes only to ``on_ready``.
 """
 
 from __future__ import annotations
@@ -226,9 +227,8 @@ def quiet_library_logs() -> None:
 
 async def run(home: Path, cfg: Config, *, bind: str = "::", advertise: str = "127.0.0.1",
               on_ready: Callable[[dict[str, Any]], None] | None = None) -> None:
-    """Serve until SIGTERM or SIGINT; once ready, print the ready line, then call ``on_ready`` with
-    the same object plus ``login_url`` (a one-time link to the dashboard: for a person's eyes,
-    never in daemon.json)."""
+    """Serve until SIGTERM or SIGINT; once ready, call ``on_ready`` with daemon.json's object plus
+    ``login_url`` (a one-time link to the dashboard: for a person's eyes, never in daemon.json)."""
     limit_arenas()  # before the first worker thread (peerd.memory)
     quiet_library_logs()
     daemon = Daemon(home, cfg, bind=bind, advertise=advertise)
@@ -238,7 +238,6 @@ async def run(home: Path, cfg: Config, *, bind: str = "::", advertise: str = "12
         loop.add_signal_handler(sig, stop.set)
     try:
         info = await daemon.start()
-        announce_ready(info)
         if on_ready is not None:
             on_ready({**info, "login_url": daemon.login_url()})
     except BaseException:

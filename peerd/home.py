@@ -36,6 +36,7 @@ CONFIG_TOML = "config.toml"
 DAEMON_JSON = "daemon.json"
 LOCAL_TOKEN = "local.token"
 TOKEN_BYTES = 32
+CLIENT_HEADER = "X-Peerd-Client"  # "cli" from the command line: the local API's sentences in its words
 OPEN_BITS = 0o077  # what group and others may do
 
 

@@ -31,11 +31,12 @@ from starlette.routing import BaseRoute, Route
 
 from peerd.apiargs import opt_bool, opt_int, opt_str, parse_int, parse_text, read_json, req_str, route, str_list
 from peerd.dashboard import page_routes, views
+from peerd.home import CLIENT_HEADER
 from peerd.node import Node
 from replica import InvalidArgument
 from replica.api import DEFAULT_LIMIT, now_ms
 from replica.feed import FeedWaiter
-from replica.service import Service
+from replica.service import CLI_WORDS, Service
 
 WAIT_CAP = 300.0
 MESSAGES_WAIT_CAP = 60.0
@@ -167,7 +168,13 @@ def _node_routes(node: Node, info: dict[str, Any]) -> list[BaseRoute]:
 
 def _messaging_routes(node: Node) -> list[BaseRoute]:
     """The messaging use cases, each one ``replica.service.Service`` call in its vocabulary."""
-    svc = Service(node.rep)
+    tools, cli = Service(node.rep), Service(node.rep, CLI_WORDS)
+
+    def door(r: Request) -> Service:
+        """The service in the caller's words: the command line says who it is (``CLIENT_HEADER``)."""
+        return cli if r.headers.get(CLIENT_HEADER) == "cli" else tools
+
+    svc = tools
 
     async def send(r: Request) -> Any:
         d = await read_json(r)
@@ -182,18 +189,20 @@ def _messaging_routes(node: Node) -> list[BaseRoute]:
         deadline = time.monotonic() + check_wait(d.get("wait", 0))
         recipient, instance = req_str(d, "recipient"), opt_str(d, "recipientInstanceId")
         since, limit, include_read = opt_int(d, "since"), opt_int(d, "limit"), opt_bool(d, "all")
+        warning = None  # the first look's: a role never seen is known once it has looked
         while True:
             seen = node.waiter.mark
             inbox = await asyncio.to_thread(svc.inbox, recipient, instance, since,
                                             DEFAULT_LIMIT if limit is None else limit, include_read=include_read,
                                             now_ms=now_ms())
+            warning = warning or inbox.get("warning")
             left = deadline - time.monotonic()
             if inbox["messages"] or left <= 0 or not await wait_for(node.waiter, seen, left):
-                return inbox
+                return {**inbox, "warning": warning}
 
     async def read(r: Request) -> Any:
         d = await read_json(r)
-        done = await asyncio.to_thread(svc.mark, str_list(d, "receiptIds"), opt_str(d, "callerOrchestrator"))
+        done = await asyncio.to_thread(door(r).mark, str_list(d, "receiptIds"), opt_str(d, "callerOrchestrator"))
         return done.wire()
 
     async def retract(r: Request) -> Any:
@@ -201,7 +210,7 @@ def _messaging_routes(node: Node) -> list[BaseRoute]:
         return await asyncio.to_thread(svc.retract, req_str(d, "messageId"), req_str(d, "from"))
 
     async def msg_status(r: Request) -> Any:
-        return await asyncio.to_thread(svc.status, r.path_params["message_id"])
+        return await asyncio.to_thread(door(r).status, r.path_params["message_id"])
 
     async def update_profile(r: Request) -> Any:
         d = await read_json(r)

@@ -8,7 +8,8 @@ identity, the write path): ``messaging`` (send, inbox, receipts, the log),
 ``vouching`` (serving and taking snapshots, checking afterwards what they let
 through), ``fleet`` (membership: admitting, removing, rotating the fleet key), and ``horizon``
 (retention: the fleet's horizon, purging what is past it), ``pinning`` (role pins and who sent
-in each role's name), ``leasing`` (leases on paths) and ``acks`` (acknowledgements). The
+in each role's name), ``leasing`` (leases on paths), ``acks`` (acknowledgements) and ``roles`` (which
+roles are known, confirmed or not, and forgetting one seen only reading). The
 argument checks they share are pure functions in ``checks``.
 
 Invariants (of every method, whichever area holds it):
@@ -35,13 +36,14 @@ from replica.ids import agent_id_for
 from replica.leasing import Leasing
 from replica.pending import PendingMail
 from replica.pinning import Pinning
+from replica.roles import Roles
 from replica.search import Search
 from replica.store import Store
 from replica.threads import Threads
 from replica.vouching import Vouching
 
 
-class Replica(Acks, PendingMail, Search, Threads, Vouching, Retention, Pinning, Leasing):
+class Replica(Acks, PendingMail, Search, Threads, Vouching, Retention, Pinning, Leasing, Roles):
     """One replica: a SQLite file (or ``:memory:``) plus this node's identity."""
 
     @classmethod

@@ -147,8 +147,8 @@ def _project(cur: sqlite3.Cursor, batch: Sequence[tuple[int, Op]], lseqs: Sequen
         by_origin.setdefault(op.origin, []).append(keys.message_id(op.origin, op.seq))
     cur.executemany(project._NUMBER_IN_THREAD, numbered)  # the one rule for thread numbers
     cur.executemany(_ROUTE, routes)
-    for role, at in seen.items():
-        firstseen.record(cur, role, at)
+    for role, at in seen.items():  # the earliest message of each sender: one confirming sighting
+        firstseen.record(cur, firstseen.Sighting(role, at, firstseen.SENT))
     _settle_retracted(cur, by_origin)
     if by_origin and pinstore.any_pins(cur):  # messages in the name of a pinned role: held back, as one by one
         for (_oid, op), lseq in zip(batch, lseqs, strict=True):
@@ -170,8 +170,7 @@ def _writes(cur: sqlite3.Cursor, op: Op, keys: _Keys, receipts: list[Write]) -> 
             receipts.append((write, op.hlc, op.origin))
         elif write[0] != firstseen.TABLE:  # a min-register, not last-writer-wins
             registers.put_register(cur, write, op.hlc, op.origin)
-    for role, at in firstseen.sightings(op):
-        firstseen.record(cur, role, at)
+    firstseen.record_all(cur, firstseen.sightings(op))
 
 
 def _receipts(cur: sqlite3.Cursor, writes: Sequence[Write], keys: _Keys) -> None:

@@ -241,11 +241,12 @@ class ReplicaCore:
         return state
 
     def _first_seen(self, role: str, now: int) -> tuple[int, list[list[Any]]]:
-        """When ``role`` was first seen in the fleet (``now`` if never), and the write that
+        """When ``role`` was first seen in the fleet (about ``now`` if never), and the write that
         records it when this is the first time (``replica.firstseen``)."""
         with self._store.read() as cur:
             first = firstseen.lookup(cur, role)
-        return (first, []) if first is not None else (now, [firstseen.write(role, now)])
+            at = now if first is not None else firstseen.new_sighting(cur, role, now)
+        return (first, []) if first is not None else (at, [firstseen.write(role, at)])
 
     def _broadcast_floor(self, first_seen_ms: int) -> int:
         """The HLC below which broadcasts are not in the inbox of a role first seen then."""

@@ -92,8 +92,7 @@ class Landing:
             if op.kind not in membership.KINDS:
                 return PURGED_HERE, oid
         elif retention.purgeable_on_arrival(op, self.horizon, self.now):  # every replica purges it: never stored
-            for role, at in firstseen.sightings(op):  # what it showed stays, as on a replica that held it
-                firstseen.record(cur, role, at)
+            firstseen.record_all(cur, firstseen.sightings(op))  # what it showed stays, as on a replica that held it
             return GONE, oid
         if op.kind in membership.KINDS:
             self.fleet_ops = True

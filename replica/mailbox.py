@@ -151,9 +151,10 @@ def schema_version(cur: sqlite3.Cursor) -> int:
 
 
 def first_seen_at(cur: sqlite3.Cursor, role: str) -> int | None:
-    """When ``role`` was first seen in the fleet (wall ms; ``replica.firstseen``), or None."""
+    """When ``role`` was first seen in the fleet (wall ms; ``replica.firstseen``), or None (never,
+    or only before a forget)."""
     row = cur.execute("SELECT at FROM first_seen WHERE role = ?", (name_key(role),)).fetchone()
-    return None if row is None else int(row[0])
+    return None if row is None or row[0] is None else int(row[0])
 
 
 def broadcast_floor(cur: sqlite3.Cursor, role: str, now_ms: int, history_ms: int) -> int:

@@ -59,6 +59,7 @@ from replica.models import (
 )
 from replica.names import name_key
 from replica.ops import KIND_MSG, KIND_RETRACT, MAX_SESSION_DAY
+from replica.roles import check_roles
 
 SCRUB_INLINE_STEPS = 4  # a retraction scrubs a small replica at once; a large one's index is merged after
 
@@ -124,22 +125,6 @@ def _message_body(from_: str, channel: str, content: str, instance_id: str | Non
     return body, roles
 
 
-def _check(cur: Any, roles: tuple[str, ...], seen: KnownRoles | None = None
-           ) -> tuple[RecipientCheck, KnownRoles | None]:
-    """Which of ``roles`` this replica has never seen, with the known roles to name beside them;
-    and every known role when they were needed (else None). ``seen``: every known role when the
-    caller remembers them, so nothing is looked up."""
-    if roles == (routing.BROADCAST,):
-        return RecipientCheck((), ()), seen
-    if seen is not None:
-        unknown = tuple(r for r in roles if not firstseen.addressable_in(r, seen.keys))
-    else:
-        unknown = tuple(r for r in roles if not _addressable(cur, r))
-        seen = KnownRoles.of(firstseen.known_roles(cur)) if unknown else None
-    known = seen.sorted if unknown and seen is not None else ()  # roles are named only beside unknown ones
-    return RecipientCheck(unknown, tuple(firstseen.hint(unknown, known))), seen
-
-
 def check_session_day(value: object) -> int | None:
     return None if value is None else check_count(value, "sessionDay", low=1, high=MAX_SESSION_DAY)
 
@@ -168,7 +153,7 @@ class Messaging(ReplicaCore):
         def check(cur: Any) -> None:
             version = self._store.version()
             hit = self._reads.get(_KNOWN_ROLES)
-            result, seen = _check(cur, roles, hit[1] if hit is not None and hit[0] == version else None)
+            result, seen = check_roles(cur, roles, hit[1] if hit is not None and hit[0] == version else None)
             checks.append(result)
             if seen is not None:  # what they are once this send commits: its sender is seen too
                 after.append(((version[0], version[1] + 1), seen.with_role(name_key(body["f"]))))
@@ -183,13 +168,6 @@ class Messaging(ReplicaCore):
             self._reads[_KNOWN_ROLES] = after[0]
         sent = SentMessage(record.id, lseq, record.created, op.hlc, roles)
         return sent, checks[0], record
-
-    def recipient_check(self, channel: str) -> RecipientCheck:
-        """Which roles ``channel`` names that this replica has never seen, to warn a sender
-        (a message to them is still stored: the role may appear later, or on a peer)."""
-        roles = routing.parse_channel(required_name(channel, "channel"))
-        with self._store.read() as cur:
-            return _check(cur, roles)[0]
 
     def position_at(self, arrived_ms: int) -> int:
         """The last local position that had arrived at or before ``arrived_ms`` (Unix ms)."""
@@ -334,9 +312,11 @@ class Messaging(ReplicaCore):
             msg = project.find_message(cur, mid, "m.sender, m.sender_inst, m.channel, m.to_inst, m.thread, m.hlc")
             if msg is None:
                 raise NotFound(f"unknown message id {mid}")
-            rows = cur.execute(
-                "SELECT role, inst, rid, delivered, read, acked FROM receipts WHERE msg_id = ? ORDER BY role, inst",
-                (mid,),
+            rows = cur.execute(  # a role forgotten since it read a broadcast no longer counts among its recipients
+                "SELECT role, inst, rid, delivered, read, acked FROM receipts r WHERE msg_id = ?1"
+                " AND NOT (?2 AND EXISTS (SELECT 1 FROM first_seen f WHERE f.role = r.role AND f.at IS NULL))"
+                " ORDER BY role, inst",
+                (mid, routing.channel_key(msg[2] or "") == routing.BROADCAST),
             ).fetchall()
             expected = _expected_roles(cur, msg, self._broadcast_history_ms, self._wall())
         out = [RecipientStatus(r[0], r[1] or None, r[2], iso(r[3]), iso(r[4]), iso(r[5])) for r in rows]
@@ -391,9 +371,18 @@ class Messaging(ReplicaCore):
         if name_key(role) != name_key(msg.sender):
             raise InvalidArgument(f"only the sender role {msg.sender!r} may delete message {mid}, not {role!r}")
         if msg.retracted is None:
+            with self._store.read() as cur:  # its sighting of the sender outlives it: its op will be gone
+                sent = hlcmod.wall_of(int(project.find_message(cur, mid, "m.hlc")[0]))
+            self._set([firstseen.sent_write(msg.sender, sent)])
             self._write(KIND_RETRACT, const_body({"m": mid, "f": role}))
             self.scrub(SCRUB_INLINE_STEPS)  # the rest, if any, is the daemon's (``peerd.indexer``)
         return self.get_message(mid)
+
+    def receipt_owner(self, receipt_id: str) -> tuple[str, str, str | None] | None:
+        """(message id, role, instance) of a receipt id this replica knows, else None."""
+        with self._store.read() as cur:
+            row = cur.execute("SELECT msg_id, role, inst FROM receipts WHERE rid = ?", (receipt_id.strip(),)).fetchone()
+        return None if row is None else (row[0], row[1], row[2] or None)
 
     def receipt_count(self, message_id: str) -> int:
         mid = required_name(message_id, "messageId")
@@ -415,12 +404,6 @@ class Messaging(ReplicaCore):
                                    (after, limit)).fetchall()
         msgs = [_log_message(r) for r in rows]
         return MessageLog(msgs, msgs[-1].seq if msgs else (after or 0))
-
-
-def _addressable(cur: Any, part: str) -> bool:
-    """Whether a channel entry names a role this replica has seen, or an instance address of one
-    (``sigma-vps`` of a known ``sigma``, ``routing.instance_address``)."""
-    return any(firstseen.is_known(cur, k) for k in firstseen.address_keys(part))
 
 
 def _expected_roles(cur: Any, msg: Any, history_ms: int, now: int) -> list[str]:

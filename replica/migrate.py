@@ -45,6 +45,17 @@ def upgrade_held(cur: sqlite3.Cursor) -> int:
     return applied
 
 
+def backfill_reads(cur: sqlite3.Cursor) -> None:
+    """The migration step of schema v14: every read sighting of the ops held into ``seen_reads``
+    (a read sighting of a confirmed role changes no time: its time was the least of them all)."""
+    for (blob,) in cur.execute("SELECT blob FROM ops WHERE id IS NULL AND length(blob) > 0").fetchall():
+        op = read_stored(bytes(blob))
+        if op.kind == KIND_SET:
+            for s in firstseen.sightings(op):
+                if s.kind == firstseen.READ:
+                    cur.execute("INSERT OR IGNORE INTO seen_reads(role, at) VALUES (?, ?)", (s.role, s.at))
+
+
 # -- schema v5: recompute what older files lack, from the ops ---------------------------------------
 
 
@@ -73,7 +84,7 @@ def rebuild_keys(cur: sqlite3.Cursor) -> None:
 def _rebuild_registers(cur: sqlite3.Cursor) -> None:
     """Replay every register write and every first-seen sighting (LWW and min: the order does not
     matter) into fresh projections."""
-    for table in ("lww", "receipts", "profiles", "agents", "members", "threads", "first_seen"):
+    for table in ("lww", "receipts", "profiles", "agents", "members", "threads", "first_seen", "seen_reads"):
         cur.execute(f"DELETE FROM {table}")
     for (blob,) in cur.execute("SELECT blob FROM ops WHERE length(blob) > 0").fetchall():  # not retracted rows
         op = read_stored(bytes(blob))
@@ -81,5 +92,4 @@ def _rebuild_registers(cur: sqlite3.Cursor) -> None:
             for write in known_writes(op):
                 if write[0] != firstseen.TABLE:
                     put_register(cur, write, op.hlc, op.origin)
-        for role, at in firstseen.sightings(op):
-            firstseen.record(cur, role, at)
+        firstseen.record_all(cur, firstseen.sightings(op))

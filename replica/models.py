@@ -27,11 +27,13 @@ class SentMessage(_Dict):
 
 @dataclass(frozen=True)
 class RecipientCheck(_Dict):
-    """The roles a message names that this replica has never seen (no profile, never sent, never
-    checked an inbox), and, when there are any, known roles to suggest (closest spellings first)."""
+    """The roles a message names (or the role that reads) that this replica has never seen (no
+    profile, never sent, never checked an inbox) or seen only reading (``unconfirmed``), and, when
+    there are any, confirmed roles to suggest (closest spellings first)."""
 
     unknown_recipients: tuple[str, ...]
     known_roles: tuple[str, ...]
+    unconfirmed: tuple[str, ...] = ()  # those of unknown_recipients seen only reading their inbox
 
 
 @dataclass(frozen=True)
@@ -305,3 +307,15 @@ class RoleSenders(_Dict):
     role: str
     senders: list[RoleSender]
     pinned_to: list[NodeRef] | None = None
+    status: str | None = None  # "confirmed", "unconfirmed" (seen only reading), None (not seen: pinned only)
+    first_seen: str | None = None
+
+
+@dataclass(frozen=True)
+class RoleForgotten(_Dict):
+    """A role forgotten (``Replica.forget_role``): it was first seen at ``first_seen``; every read
+    sighting up to ``upto`` no longer counts."""
+
+    role: str
+    first_seen: str | None
+    upto: str | None

@@ -50,9 +50,10 @@ from replica.errors import InvalidOp, Undecodable
 
 VERSION = 1  # the op format (header layout); new features are new kinds or fields, never a new format
 # What this release understands: 1 = the first release's kinds and fields, 2 = 0.2.0's (with ``ret``),
-# 3 = with ``pin``, the ``lease.*`` kinds and acknowledgements, 4 = a pin's cuts (``c``). An op held by
-# a lower level is applied on upgrade (``migrate.upgrade_held``).
-OP_LEVEL = 4
+# 3 = with ``pin``, the ``lease.*`` kinds and acknowledgements, 4 = a pin's cuts (``c``), 5 = a role
+# forgotten (``seen.forgot``) and a retracted message's sighting (``seen.sent``). An op held by a lower
+# level is applied on upgrade (``migrate.upgrade_held``).
+OP_LEVEL = 5
 MAX_KIND_CHARS = 32  # an op kind this release does not know is still stored when its name is sane
 MAX_CONTENT_BYTES = 900_000  # VantagePeers' limit: 900,000 bytes of UTF-8
 MAX_OP_BYTES = 1024 * 1024  # a message of MAX_CONTENT_BYTES plus its header, names and signature
@@ -306,8 +307,8 @@ LWW_SCHEMA: dict[str, tuple[tuple[int, ...], Callable[[str], Callable[[object], 
     "agent": ((1,), {"name": lambda v: isinstance(v, str), "alive": lambda v: isinstance(v, bool)}.get),
     "member": ((2,), {"in": lambda v: isinstance(v, bool)}.get),
     "thread": ((1,), {"created": _stamp}.get),
-    # not last-writer-wins: the earliest time wins (``replica.firstseen``)
-    "seen": ((1,), {"at": _wall_ms}.get),
+    # not last-writer-wins: a role's sightings and forgets (``replica.firstseen``); forgot, sent: 0.3
+    "seen": ((1,), {"at": _wall_ms, "forgot": _wall_ms, "sent": _wall_ms}.get),
 }
 
 

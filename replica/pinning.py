@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from replica import fleetstore, pins, pinstore
+from replica import firstseen, fleetstore, pins, pinstore
 from replica.checks import required_name
-from replica.core import ReplicaCore
+from replica.core import ReplicaCore, iso
 from replica.errors import InvalidArgument, NotFound
 from replica.hlc import to_iso
 from replica.models import NodeRef, RolePin, RoleSender, RoleSenders
@@ -90,10 +90,12 @@ class Pinning(ReplicaCore):
         return [_view(p, names) for p in held if p.pinned]
 
     def role_senders(self) -> list[RoleSenders]:
-        """Every role that has sent here, with the nodes that sent in its name, and pinned roles."""
+        """Every role known here (``replica.firstseen``: confirmed, or seen only reading), with the
+        nodes that sent in its name, and pinned roles."""
         with self._store.read() as cur:
             rows, names = pinstore.senders(cur), pinstore.node_names(cur)
             held = {name_key(p.role): p for p in pinstore.in_force(cur) if p.pinned}
+            known = {key: (at, confirmed) for key, at, confirmed in firstseen.known(cur)}
         by_role: dict[str, list[RoleSender]] = {}
         shown: dict[str, str] = {}
         for role, node, count, hlc in rows:
@@ -102,8 +104,15 @@ class Pinning(ReplicaCore):
             by_role.setdefault(key, []).append(RoleSender(_ref(node, names), count, to_iso(hlc)))
         for key, pin in held.items():
             shown.setdefault(key, pin.role)
+        for key in known:
+            shown.setdefault(key, key)
+
+        def standing(key: str) -> tuple[str | None, str | None]:
+            at, confirmed = known.get(key, (None, False))
+            return (None if at is None else firstseen.CONFIRMED if confirmed else firstseen.UNCONFIRMED), iso(at)
+
         return [RoleSenders(shown[k], by_role.get(k, []),
-                            [_ref(n, names) for n in sorted(held[k].nodes)] if k in held else None)
+                            [_ref(n, names) for n in sorted(held[k].nodes)] if k in held else None, *standing(k))
                 for k in sorted(shown)]
 
     def pin_refusals(self) -> tuple[int, tuple[str, NodeRef, int, str] | None]:

@@ -14,8 +14,8 @@ Invariants:
 * A retraction takes effect when its role is the message's sender (by key),
   whichever of the two ops arrives first: the content column is emptied, the
   search entry removed, and ``retracted`` holds the lowest such stamp.
-* ``first_seen`` is a min-register per role key (``replica.firstseen``): every op's
-  sightings are projected with ``firstseen.record`` (the earliest time stays).
+* ``first_seen`` and ``seen_reads`` hold what the ops show of each role key (``replica.firstseen``):
+  every op's sightings are projected with ``firstseen.record``.
 """
 
 from __future__ import annotations
@@ -89,8 +89,7 @@ def materialize(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
     """Project a newly stored op (its message columns are already in its row)."""
     if op.kind == KIND_MSG:
         _file_message(cur, lseq, op)
-        for role, at in firstseen.sightings(op):  # what a message shows counts, held back or not
-            firstseen.record(cur, role, at)
+        firstseen.record_all(cur, firstseen.sightings(op))  # what a message shows counts, held back or not
         hold_if_refused(cur, lseq, op)
         return
     if op.kind == KIND_RETRACT:
@@ -112,8 +111,7 @@ def materialize(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:
         for write in known_writes(op):
             if write[0] != firstseen.TABLE:  # a min-register, not last-writer-wins
                 put_register(cur, write, op.hlc, op.origin)
-    for role, at in firstseen.sightings(op):
-        firstseen.record(cur, role, at)
+    firstseen.record_all(cur, firstseen.sightings(op))
 
 
 def _file_message(cur: sqlite3.Cursor, lseq: int, op: Op) -> None:

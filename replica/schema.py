@@ -6,7 +6,7 @@ message columns in the same row (one insert per message; ``messages`` is a
 view over them). ``routes`` files messages to several roles under each role;
 a message to one role or to ``broadcast`` is found through its channel column.
 Every other table is a projection of the ops and can be rebuilt from them;
-``first_seen`` is a min-register per role (``replica.firstseen``).
+``first_seen`` and ``seen_reads`` hold what the ops show of each role (``replica.firstseen``).
 ``origins.hlc`` on this node's own row is the persisted HLC high-water mark.
 
 Invariants:
@@ -234,10 +234,32 @@ CREATE TABLE fleet_ops(origin BLOB NOT NULL, seq INTEGER NOT NULL, lseq INTEGER 
 CREATE TABLE fleet_members(node BLOB PRIMARY KEY) WITHOUT ROWID;
 """
 
+# v14: a role seen only reading its inbox is unconfirmed, and can be forgotten (``replica.firstseen``):
+# ``first_seen`` gains ``confirmed`` (it sent a message or has a profile: here, a message row, a sender
+# row, a message held back for a pin, or a profile) and ``forgot`` (the latest forget), and its ``at``
+# becomes NULL while a forgotten role is not seen again; ``seen_reads`` holds every read sighting (the
+# ``seen`` writes of the ops held, ``migrate.backfill_reads``; and, for an unconfirmed role, its time,
+# whose op may be purged).
+SCHEMA_ROLES_SEEN = """
+CREATE TABLE first_seen_v14(role TEXT PRIMARY KEY, at INTEGER, confirmed INTEGER NOT NULL DEFAULT 0, forgot INTEGER)
+    WITHOUT ROWID;
+INSERT INTO first_seen_v14(role, at, confirmed)
+    SELECT f.role, f.at, EXISTS (SELECT 1 FROM profiles p WHERE p.rkey = f.role)
+        OR EXISTS (SELECT 1 FROM senders s WHERE s.rkey = f.role)
+        OR EXISTS (SELECT 1 FROM pin_held h WHERE h.rkey = f.role)
+        OR EXISTS (SELECT 1 FROM ops m WHERE m.skey = f.role AND m.thread IS NULL AND m.id IS NOT NULL)
+    FROM first_seen f;
+DROP TABLE first_seen;
+ALTER TABLE first_seen_v14 RENAME TO first_seen;
+CREATE TABLE seen_reads(role TEXT NOT NULL, at INTEGER NOT NULL, PRIMARY KEY(role, at)) WITHOUT ROWID;
+INSERT INTO seen_reads(role, at) SELECT role, at FROM first_seen WHERE NOT confirmed
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     SCHEMA_V1, SCHEMA_V2, SCHEMA_THREAD_SEQS, SCHEMA_FIRST_SEEN, SCHEMA_KEYS, SCHEMA_FLEET, SCHEMA_NEWER_OPS,
-    SCHEMA_RETENTION, SCHEMA_PINS, SCHEMA_LEASES, SCHEMA_ACKS, SCHEMA_PIN_CUTS, SCHEMA_MEMBERS,
+    SCHEMA_RETENTION, SCHEMA_PINS, SCHEMA_LEASES, SCHEMA_ACKS, SCHEMA_PIN_CUTS, SCHEMA_MEMBERS, SCHEMA_ROLES_SEEN,
 )
 LATEST = len(MIGRATIONS)
 MEMBERS = 13  # the version from which every membership op is listed (older files are backfilled)
+ROLES_SEEN = 14  # the version from which read sightings are kept (older files are backfilled)
 KEYED = 5  # the version from which rows carry name keys (older files are rebuilt on upgrade)

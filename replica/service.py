@@ -9,8 +9,9 @@ Invariants:
   instead: a message id given as a receipt id, receipt ids none of which is known, receipts of
   another role than ``callerOrchestrator``. A partial batch marks the valid ids and names the
   others (``unknown``, with a ``warning``). Each such error changed nothing.
-* A send to a role never seen succeeds (the message waits for it) and says so in a sentence
-  naming the closest known roles (``warning``).
+* A send to a role never seen, or seen only reading its inbox (unconfirmed), succeeds (the message
+  waits for it) and says so in a sentence naming the closest known roles (``warning``); so does the
+  first read of a role's inbox (the result gains ``warning``, VantagePeers' fields unchanged).
 * A send's recipient check, its write and the read-back of what it stored are one transaction
   (``Replica.send_checked``).
 * No asyncio: waiting is the caller's (``replica.feed``); the methods are synchronous and
@@ -37,15 +38,25 @@ def _quoted(names: Sequence[str]) -> str:
     return shown + (f" and {len(names) - MAX_SHOWN} more" if len(names) > MAX_SHOWN else "")
 
 
-def unknown_role_warning(check: RecipientCheck) -> str | None:
-    """The sentence a send to never-seen roles answers with (the message is stored all the same)."""
-    unknown = check.unknown_recipients
-    if not unknown:
-        return None
-    subject = f"role {_quoted(unknown)} has" if len(unknown) == 1 else f"roles {_quoted(unknown)} have"
-    text = (f"{subject} not been seen in this fleet yet (no profile, never sent a message, never checked an "
-            "inbox); the message is stored and waits until one appears.")
-    near = firstseen.close(unknown, check.known_roles)
+def _standing(check: RecipientCheck) -> str:
+    """What the roles of a check are: never seen, and seen only reading (``replica.firstseen``)."""
+    never = [r for r in check.unknown_recipients if r not in check.unconfirmed]
+    parts = []
+    if never:
+        subject = f"role {_quoted(never)} has" if len(never) == 1 else f"roles {_quoted(never)} have"
+        parts.append(f"{subject} not been seen in this fleet yet (no profile, never sent a message, never "
+                     "checked an inbox)")
+    if check.unconfirmed:
+        seen = check.unconfirmed
+        subject = f"role {_quoted(seen)} has" if len(seen) == 1 else f"roles {_quoted(seen)} have"
+        parts.append(f"{subject} only been seen reading an inbox (no profile, never sent a message): maybe a typo")
+    return "; ".join(parts)
+
+
+def _suggestions(check: RecipientCheck) -> str:
+    """The closest spellings (``broadcast`` for a word meaning everyone) and the confirmed roles."""
+    text = ""
+    near = firstseen.close(check.unknown_recipients, check.known_roles)
     if near:
         text += f" Did you mean {_quoted(near)}?"
     if check.known_roles:
@@ -53,29 +64,60 @@ def unknown_role_warning(check: RecipientCheck) -> str | None:
     return text + " This node knows no role yet."
 
 
-def mark_problem(done: MarkResult, caller: str | None, asked: int) -> str | None:
+def unknown_role_warning(check: RecipientCheck) -> str | None:
+    """The sentence a send to roles never seen, or seen only reading, answers with (the message is
+    stored all the same)."""
+    if not check.unknown_recipients:
+        return None
+    return f"{_standing(check)}; the message is stored and waits until one appears." + _suggestions(check)
+
+
+def reader_warning(check: RecipientCheck) -> str | None:
+    """The sentence a read of the inbox of a role never seen answers with (``Replica.reader_check``,
+    asked before the read; the inbox is returned all the same)."""
+    if not check.unknown_recipients:
+        return None
+    return (f"{_standing(check)}; this read makes it known, unconfirmed until it sends a message or sets a "
+            "profile." + _suggestions(check))
+
+
+@dataclass(frozen=True)
+class Words:
+    """How a door's users name a message id, a receipt id and the read that gives receipts, in the
+    sentences the service says to them (MCP and the local API: the tools'; the command line: its own)."""
+
+    message_id: str
+    receipt_id: str
+    inbox: str  # what returned the receipts: "<receiptId> that {inbox}"
+
+
+TOOL_WORDS = Words("messageId", "receiptId", "check_messages returned")
+CLI_WORDS = Words("message id", "receipt id", "peerd inbox shows")
+
+
+def mark_problem(done: MarkResult, caller: str | None, asked: int, words: Words = TOOL_WORDS) -> str | None:
     """Why a mark call is refused (it marked nothing), or None: receipts of another role than
     ``caller``, or ``asked`` ids none of which is a receipt this node knows."""
     if done.not_yours:
         owners = sorted(set(done.owners.values()))
         return (f"receipt {_quoted(done.not_yours)} is addressed to {_quoted(owners)}, not to '{caller}' "
-                "(callerOrchestrator); pass only the receipts check_messages returned to you. Nothing was marked.")
+                f"(callerOrchestrator); pass only the receipts {words.inbox} to you. Nothing was marked.")
     if len(done.unknown) < asked:
         return None
     if done.message_ids:
-        what = "this is a messageId" if len(done.message_ids) == 1 else "these are messageIds"
-        return (f"{_quoted(done.message_ids)}: {what}; pass the receiptId that check_messages returned "
+        what = f"this is a {words.message_id}" if len(done.message_ids) == 1 else f"these are {words.message_id}s"
+        return (f"{_quoted(done.message_ids)}: {what}; pass the {words.receipt_id} that {words.inbox} "
                 "(one per message and recipient). Nothing was marked.")
-    return (f"no receipt id this node knows among {_quoted(done.unknown)}: pass the receiptId values that "
-            "check_messages returned. Nothing was marked.")
+    return (f"no receipt id this node knows among {_quoted(done.unknown)}: pass the {words.receipt_id} values that "
+            f"{words.inbox}. Nothing was marked.")
 
 
-def mark_warning(done: MarkResult) -> str | None:
+def mark_warning(done: MarkResult, words: Words = TOOL_WORDS) -> str | None:
     """The sentence a partial batch answers with: which ids were not marked, and why."""
     parts = []
     if done.message_ids:
-        parts.append(f"{_quoted(done.message_ids)} are messageIds, not receipt ids (pass the receiptId "
-                     "that check_messages returned)")
+        parts.append(f"{_quoted(done.message_ids)} are {words.message_id}s, not receipt ids (pass the "
+                     f"{words.receipt_id} that {words.inbox})")
     rest = [r for r in done.unknown if r not in done.message_ids]
     if rest:
         parts.append(f"{_quoted(rest)} are not receipt ids this node knows")
@@ -104,10 +146,11 @@ class Marked:
     """A mark call's result."""
 
     result: MarkResult
+    words: Words = TOOL_WORDS
 
     @property
     def warning(self) -> str | None:
-        return mark_warning(self.result)
+        return mark_warning(self.result, self.words)
 
     def wire(self) -> Wire:
         r = self.result
@@ -118,8 +161,9 @@ class Marked:
 class Service:
     """The use cases over one ``Replica``."""
 
-    def __init__(self, replica: Replica) -> None:
+    def __init__(self, replica: Replica, words: Words = TOOL_WORDS) -> None:
         self.replica = replica
+        self.words = words
 
     # -- messages ---------------------------------------------------------------------------
 
@@ -140,6 +184,7 @@ class Service:
         """A page of ``role``'s inbox (unread only unless ``include_read``), oldest first; reading it
         records *delivered*. ``since``: a cursor, or a time (``replica.stamps.parse_since``)."""
         r = self.replica
+        check = r.reader_check(role)  # before the read, which makes the role known
         if include_read:
             cursor = parse_since(since, now_ms=now_ms, newest=r.max_lseq()).cursor
             page = r.inbox_all(role, instance, cursor, limit)
@@ -149,22 +194,34 @@ class Service:
                                     max_bytes=max_bytes, tenant_id=tenant)
         return {"recipient": role, "recipientInstanceId": instance,
                 "messages": [wire.inbox_item(m) for m in page.messages], "cursor": page.cursor,
-                "truncated": page.truncated, "nextSince": page.cursor if page.truncated else None}
+                "truncated": page.truncated, "nextSince": page.cursor if page.truncated else None,
+                "warning": reader_warning(check)}
 
     def mark(self, receipt_ids: Sequence[str], caller: str | None = None) -> Marked:
         """Mark receipts read; refused (nothing marked) when the ids cannot be what was meant."""
         done = self.replica.mark_receipts(receipt_ids, caller)
         asked = len(dict.fromkeys(x.strip() if isinstance(x, str) else x for x in receipt_ids))
-        problem = mark_problem(done, caller, asked)
+        problem = mark_problem(done, caller, asked, self.words)
         if problem is None:
-            return Marked(done)
+            return Marked(done, self.words)
         if done.not_yours or done.message_ids:
             raise InvalidArgument(problem)
         raise NotFound(problem)
 
     def status(self, message_id: str) -> Wire:
+        """Who a message reached; a receipt id given instead is refused naming its message."""
         r = self.replica
-        return wire.status_view(r.get_message(message_id), r.message_status(message_id))
+        try:
+            return wire.status_view(r.get_message(message_id), r.message_status(message_id))
+        except NotFound:
+            owner = r.receipt_owner(message_id) if isinstance(message_id, str) else None
+            if owner is None:
+                raise
+            mid, role, inst = owner
+            of = f"{role}/{inst}" if inst else role
+            raise NotFound(f"unknown message id {message_id.strip()}: {message_id.strip()} is a "
+                           f"{self.words.receipt_id} (of {of}) for message {mid}; pass the {self.words.message_id} "
+                           f"{mid}") from None
 
     def message(self, message_id: str) -> Wire:
         return wire.message_view(self.replica.get_message(message_id))

@@ -125,7 +125,9 @@ class Store:
                     if stmt.strip():
                         cur.execute(stmt)
             if version < schema.KEYED:
-                migrate.rebuild_keys(cur)
+                migrate.rebuild_keys(cur)  # the first-seen times among the rest
+            elif version < schema.ROLES_SEEN:
+                migrate.backfill_reads(cur)
             if version < schema.MEMBERS:
                 fleetstore.backfill(cur)
             migrate.upgrade_held(cur)

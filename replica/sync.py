@@ -271,7 +271,9 @@ class Sync(ReplicaCore):
                 h.update(pack(list(row)))
             for row in cur.execute("SELECT tbl, k, f, v, hlc, origin FROM lww ORDER BY tbl, k, f"):
                 h.update(pack(list(row)))
-            for row in cur.execute("SELECT role, at FROM first_seen ORDER BY role"):
+            # each known role's time, as every release hashes it (a forget shows in it; whether a role is
+            # confirmed follows from its messages and profiles, hashed above)
+            for row in cur.execute("SELECT role, at FROM first_seen WHERE at IS NOT NULL ORDER BY role"):
                 h.update(pack(["first_seen", *row]))
             for row in cur.execute("SELECT rkey, hlc, origin, role, nodes FROM role_pins ORDER BY rkey, hlc, origin"):
                 h.update(pack(["pin", *row]))

@@ -21,8 +21,9 @@ Invariants:
 - Every daemon of a ``Fleet`` shares one fleet key unless given another, and
   gets its peer port up front (a free port found now, or an explicit one), so a
   restarted daemon keeps its address and seeds stay valid.
-- Readiness is an event, not a timeout: ``peerd run`` prints its ``daemon.json``
-  as one line on stdout once both listeners accept connections, and
+- Readiness is an event, not a timeout: ``peerd run --json`` prints its ``daemon.json``
+  as one line on stdout once both listeners accept connections (and ``-v`` sends its log to
+  stderr, the harness's log file, rather than the home's ``peerd.log``), and
   ``wait_ready`` blocks on that line or on the process exiting, whichever comes
   first. There is no readiness timeout; pytest-timeout is the overall guard.
 - Conditions without an event (a peer table filling, gossip converging) are
@@ -351,6 +352,8 @@ class Daemon:
                 "--log-level", self.log_level]
         if not self.mdns:
             argv.append("--no-mdns")
+        if self.executable == PEERD:  # the ready line on stdout, the log on stderr (releases before printed both)
+            argv += ["--json", "-v"]
         for seed in self.seeds:
             argv += ["--seed", seed]
         return argv

@@ -63,6 +63,16 @@ def downgrade(path: Path, version: int) -> None:
     conn.close()
 
 
+def undo_roles_seen(conn: sqlite3.Connection) -> None:
+    """Take back schema v14 (``SCHEMA_ROLES_SEEN``) on an open file: first-seen times alone (a
+    forgotten role's row goes), no standing, no read sightings."""
+    conn.execute("CREATE TABLE first_seen_v13(role TEXT PRIMARY KEY, at INTEGER NOT NULL) WITHOUT ROWID")
+    conn.execute("INSERT INTO first_seen_v13 SELECT role, at FROM first_seen WHERE at IS NOT NULL")
+    conn.execute("DROP TABLE first_seen")
+    conn.execute("ALTER TABLE first_seen_v13 RENAME TO first_seen")
+    conn.execute("DROP TABLE seen_reads")
+
+
 def undo_members(conn: sqlite3.Connection) -> None:
     """Take back schema v13 (``SCHEMA_MEMBERS``) on an open file: rekeys listed in ``fleet_rekeys``
     again, and no list of every membership op nor of the nodes let in."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -10,6 +11,8 @@ from hypothesis import strategies as st
 
 from replica import Replica, firstseen, hlc, lww, ops
 from replica import registers as regs
+from replica.errors import InvalidArgument, NotFound
+from replica.firstseen import Seen, Sighting
 from replica.lww import Write
 from replica.names import name_key
 from replica.store import Store
@@ -29,6 +32,7 @@ action = st.one_of(
     st.tuples(st.just("read"), st.sampled_from(ROLES), st.none(), st.none()),
     st.tuples(st.just("retract"), st.sampled_from(ROLES), st.none(), st.none()),
     st.tuples(st.just("agent"), st.sampled_from(["x", "y"]), st.booleans(), st.none()),
+    st.tuples(st.just("forget"), st.sampled_from(ROLES), st.none(), st.none()),
 )
 
 
@@ -54,6 +58,9 @@ def _run(r: Replica, act: tuple[Any, ...]) -> None:
         aid = r.get_or_create_agent(a)
         if b:
             r.delete_agent(aid)
+    elif kind == "forget":  # only a role this replica knows as seen only reading can be
+        with contextlib.suppress(NotFound, InvalidArgument):
+            r.forget_role(a)
 
 
 def _ops_of(origins: list[Replica]) -> list[bytes]:
@@ -234,32 +241,64 @@ def test_replica_clock_capped_against_far_future_peer() -> None:
     assert hlc.wall_of(here.clock()) <= 10_000_000 + hlc.DEFAULT_MAX_DRIFT_MS
 
 
-# -- first seen: a min-register per role --------------------------------------------------------------
+# -- first seen: per role, a min, a set and a max ------------------------------------------------------
 
-sightings = st.lists(st.tuples(st.sampled_from(ROLES), st.integers(0, 10**6)), max_size=30)
+sightings = st.lists(st.builds(Sighting, st.sampled_from(ROLES), st.integers(0, 10**6),
+                               st.sampled_from([firstseen.SENT, firstseen.PROFILE, firstseen.READ, firstseen.FORGET])),
+                     max_size=30)
 
 
 @given(xs=sightings, ys=sightings, zs=sightings)
-def test_first_seen_merge_laws(xs: list[tuple[str, int]], ys: list[tuple[str, int]], zs: list[tuple[str, int]]) -> None:
-    """The first-seen merge (earliest time per role) is commutative, associative and idempotent."""
-    m = firstseen.merge
-    assert m(m({}, xs), ys) == m(m({}, ys), xs)
-    assert m(m(m({}, xs), ys), zs) == m(m({}, xs), ys + zs)
-    assert m(m({}, xs), xs) == m({}, xs)
-    assert all(m({}, xs)[r] == min(t for q, t in xs if q == r) for r, _ in xs)
+def test_first_seen_merge_laws(xs: list[Sighting], ys: list[Sighting], zs: list[Sighting]) -> None:
+    """What the sightings make of each role (earliest confirmation, read times, latest forget) is
+    commutative, associative and idempotent, both merged in and joined as whole states."""
+    m, j = firstseen.merge, firstseen.join
+    assert m(m({}, xs), ys) == m(m({}, ys), xs) == j(m({}, xs), m({}, ys))
+    assert m(m(m({}, xs), ys), zs) == m(m({}, xs), ys + zs) == j(m({}, xs), j(m({}, ys), m({}, zs)))
+    assert m(m({}, xs), xs) == m({}, xs) == j(m({}, xs), m({}, xs))
+    assert m({}, [*reversed(xs)]) == m({}, xs)
 
 
-first_seen_action = st.tuples(st.sampled_from(["send", "check", "profile", "thread"]), st.sampled_from(ROLES),
-                              st.integers(-3 * 86_400_000, 3 * 86_400_000))
+@given(xs=sightings)
+def test_a_role_is_confirmed_for_good_and_a_forget_hides_only_the_reads_it_covers(xs: list[Sighting]) -> None:
+    """A confirmed role keeps every sighting (its time only moves earlier); an unconfirmed one counts
+    the reads after its latest forget, and is not known when there are none."""
+    for role, seen in firstseen.merge({}, xs).items():
+        mine = [s for s in xs if s.role == role]
+        confirming = [s.at for s in mine if s.kind in firstseen.CONFIRMING]
+        reads = [s.at for s in mine if s.kind == firstseen.READ]
+        forgot = max((s.at for s in mine if s.kind == firstseen.FORGET), default=None)
+        if confirming:
+            assert seen.status == firstseen.CONFIRMED and seen.first == min(confirming + reads)
+        else:
+            counted = [r for r in reads if forgot is None or r > forgot]
+            assert seen.first == (min(counted) if counted else None)
+            assert seen.status == (firstseen.UNCONFIRMED if counted else None)
+
+
+first_seen_action = st.tuples(st.sampled_from(["send", "check", "profile", "thread", "forget"]),
+                              st.sampled_from(ROLES), st.integers(-3 * 86_400_000, 3 * 86_400_000))
+
+
+def _roles_held(replica: Replica) -> dict[str, Seen]:
+    """What the store holds of each role, as the pure model's state."""
+    with replica._store.read() as cur:
+        reads: dict[str, set[int]] = {}
+        for role, at in cur.execute("SELECT role, at FROM seen_reads"):
+            reads.setdefault(role, set()).add(at)
+        rows = cur.execute("SELECT role, at, confirmed, forgot FROM first_seen").fetchall()
+    return {role: Seen(at if confirmed else None, frozenset(reads.get(role, ())), forgot)
+            for role, at, confirmed, forgot in rows}
 
 
 @settings(max_examples=40, deadline=None)
 @given(plan=st.lists(st.tuples(st.integers(0, 2), first_seen_action), min_size=1, max_size=20), data=st.data())
-def test_store_first_seen_is_the_pure_min_whatever_the_order(plan: list[tuple[int, tuple[str, str, int]]],
-                                                              data: st.DataObject) -> None:
-    """Ops from three origins with skewed clocks (messages, checks, profiles, thread messages),
-    applied to a replica in any order with duplicates, leave each role's first-seen time at the
-    earliest sighting the ops show, the pure ``firstseen.merge`` of ``firstseen.sightings``."""
+def test_store_first_seen_is_the_pure_rule_whatever_the_order(plan: list[tuple[int, tuple[str, str, int]]],
+                                                               data: st.DataObject) -> None:
+    """Ops from three origins with skewed clocks (messages, checks, profiles, thread messages, forgets),
+    applied to a replica in any order with duplicates, one by one or in batches, leave each role's
+    first-seen time, standing and forget at what the pure ``firstseen.merge`` of the ops'
+    ``firstseen.sightings`` says."""
     clocks = [[10**12], [10**12], [10**12]]
     origins = [Replica.open(wall=lambda c=c: c[0]) for c in clocks]  # type: ignore[misc]
     for who, (kind, role, skew) in plan:
@@ -271,18 +310,31 @@ def test_store_first_seen_is_the_pure_min_whatever_the_order(plan: list[tuple[in
             r.check_messages(role)
         elif kind == "profile":
             r.update_profile(role, name=role)
+        elif kind == "forget":  # of a role seen reading here (unless it is confirmed): a forget op is written
+            r.check_messages(role)
+            with contextlib.suppress(InvalidArgument):
+                r.forget_role(role)
         else:
             agents = r.get_or_create_agent(role), r.get_or_create_agent(f"{role}2")
             r.append(r.create_thread(*agents), agents[0], "in a thread")
     everything = _ops_of(origins)
     model = firstseen.merge({}, [s for raw in everything for s in firstseen.sightings(ops.decode(raw))])
-    replica = Replica.open()
-    replica.apply(data.draw(st.permutations(everything + data.draw(st.lists(st.sampled_from(everything))))))
-    with replica._store.read() as cur:
-        held = dict(cur.execute("SELECT role, at FROM first_seen").fetchall())
-    assert held == model
-    assert set(held) == {name_key(role) for _, (kind, role, _) in plan if kind != "thread"}  # agents are not roles
-    assert all(held[role] <= 10**12 + 3 * 86_400_000 for role in held)
+    shuffled = data.draw(st.permutations(everything + data.draw(st.lists(st.sampled_from(everything)))))
+    one_by_one, batched = Replica.open(), Replica.open()
+    for raw in shuffled:
+        one_by_one.apply([raw])
+    batched.apply(shuffled)
+    for replica in (one_by_one, batched):
+        held = _roles_held(replica)
+        assert {k: (s.first, s.status) for k, s in held.items()} == {k: (s.first, s.status) for k, s in model.items()}
+        assert held == {k: Seen(s.first if s.confirmed is not None else None, s.reads, s.forgot)
+                        for k, s in model.items()}
+        with replica._store.read() as cur:
+            assert {k: (at, confirmed) for k, at, confirmed in firstseen.known(cur)} == {
+                k: (s.first, s.status == firstseen.CONFIRMED) for k, s in model.items() if s.first is not None}
+    assert one_by_one.state_digest() == batched.state_digest()
+    assert set(model) == {name_key(role) for _, (kind, role, _) in plan if kind != "thread"}
+    assert all(t <= 10**12 + 3 * 86_400_000 for t in firstseen.first_times(model).values())
 
 
 def test_no_property_test_runs_against_the_clock() -> None:

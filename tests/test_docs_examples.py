@@ -18,12 +18,15 @@ from tests.netns import NetnsLab
 DOCS = ["README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md"))]
 
 # Every block the runner leaves out, and why; a new skip must be added here (keep them few).
+PLUGIN_COMMANDS = "tests/test_plugin.py runs these with the pinned Claude Code, in a HOME of its own and no peerd on PATH"
 SKIPPED = {
     ("README.md", "runs the whole suite, this test among it"),
     ("README.md", "the checks and the whole suite; CI runs both"),
     ("docs/mcp.md", "starts Claude Code itself, an interactive client"),
     ("docs/mcp.md", "installs from npm; scripts/test runs it before the suite when the Inspector is missing"),
     ("docs/mcp.md", "a fragment of your own server: the names above it are yours"),
+    ("README.md", PLUGIN_COMMANDS),
+    ("docs/mcp.md", PLUGIN_COMMANDS),
 }
 
 

@@ -44,10 +44,11 @@ def ok(*argv: str) -> str:
 
 
 class Running:
-    """A ``peerd run`` started by the test: its ready line, then its stderr line by line."""
+    """A ``peerd run --json`` started by the test: its ready line, then its stderr line by line."""
 
     def __init__(self, home: Path, *extra: str) -> None:
-        argv = [str(PEERD), "run", "--home", str(home), "--port", "0", "--local-port", "0", "--no-mdns", *extra]
+        argv = [str(PEERD), "run", "--home", str(home), "--port", "0", "--local-port", "0", "--no-mdns", "--json",
+                *extra]
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
                                      stdin=subprocess.DEVNULL)
         assert self.proc.stdout is not None and self.proc.stderr is not None
@@ -163,9 +164,10 @@ def test_new_fleet_on_a_home_that_has_one_is_refused(tmp_path: Path) -> None:
 # -- what `peerd run` says, and `peerd stop` ----------------------------------------------------------
 
 
-def test_run_prints_the_ready_line_then_an_orientation_block(tmp_path: Path, running: list[Running]) -> None:
-    """On a fresh home the first stdout line is the JSON ready line; stderr then tells the home, node,
-    fleet (new), the peer address, the dashboard, how to stop and how to invite, with --home kept."""
+def test_run_json_prints_the_ready_line_then_an_orientation_block(tmp_path: Path, running: list[Running]) -> None:
+    """With --json, on a fresh home the first stdout line is the JSON ready line; stderr then tells the
+    home, node, fleet (new), the peer address, the dashboard, how to stop and how to invite, with --home
+    kept."""
     home = tmp_path / "first"
     r = start(running, home)
     info = r.ready()
@@ -176,6 +178,75 @@ def test_run_prints_the_ready_line_then_an_orientation_block(tmp_path: Path, run
     assert f"peer       {info['peer_url'].removeprefix('http://')}" in block
     assert f"dashboard  {info['local_url']}/dashboard" in block
     assert f"peerd stop --home {home}" in block and f"peerd invite --home {home}" in block
+
+
+def first_screen(home: Path, *extra: str) -> tuple[str, str]:
+    """What a person sees of ``peerd run``: its stdout up to the last line of the ready block, then
+    (once ``peerd stop`` has stopped it) the rest of stdout, and all its stderr."""
+    argv = [str(PEERD), "run", "--home", str(home), "--port", "0", "--local-port", "0", "--no-mdns", *extra]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                            stdin=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:  # blocks until each line (or the process ends)
+            lines.append(line)
+            if line.startswith("  stop "):
+                break
+        assert lines and lines[-1].startswith("  stop "), "".join(lines) + (proc.stderr.read() if proc.stderr else "")
+        ok("stop", "--home", str(home))
+        rest, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        return "".join(lines) + rest, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def test_run_shows_the_ready_block_alone_and_logs_to_a_file_in_the_home(tmp_path: Path) -> None:
+    """`peerd run` on an existing home prints the friendly block and nothing else, on stdout, and
+    nothing on stderr; its log goes to peerd.log in the home (owner-only). With -v the log is on
+    stderr instead."""
+    home = tmp_path / "home"
+    ok("init", "--home", str(home))
+    out, err = first_screen(home)
+    assert out.startswith("peerd is running\n  home       ") and out.rstrip("\n").splitlines()[-1].startswith("  stop ")
+    assert "{" not in out and err == ""
+    log = home / "peerd.log"
+    assert "peerd ready: node" in log.read_text() and oct(log.stat().st_mode & 0o777) == "0o600"
+    out, err = first_screen(home, "-v")
+    assert out.startswith("peerd is running\n") and "{" not in out
+    assert "peerd ready: node" in err and log.read_text().count("peerd ready: node") == 1
+
+
+def test_a_start_that_fails_leaves_no_new_home_behind(tmp_path: Path) -> None:
+    """With the peer port taken, `peerd run` on a new home says why and exits 1, and the home it was
+    about to make is gone (its parent folders too); an empty folder given as home stays empty; an
+    existing home keeps everything."""
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen()
+    port = str(blocker.getsockname()[1])
+    try:
+        def run(home: Path) -> subprocess.CompletedProcess[str]:
+            return peerd("run", "--home", str(home), "--port", port, "--bind", "127.0.0.1", "--local-port", "0",
+                         "--no-mdns")
+
+        new = tmp_path / "new" / "home"
+        failed = run(new)
+        assert failed.returncode == 1 and f"cannot listen for peers on 127.0.0.1:{port}" in failed.stderr
+        assert failed.stdout == "" and not (tmp_path / "new").exists()
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        assert run(empty).returncode == 1 and list(empty.iterdir()) == []
+        kept = tmp_path / "kept"
+        ok("init", "--home", str(kept))
+        before = sorted(p.name for p in kept.iterdir())
+        assert run(kept).returncode == 1
+        assert set(before) <= {p.name for p in kept.iterdir()} and homes.config_path(kept).exists()
+    finally:
+        blocker.close()
 
 
 def test_stop_ends_the_daemon_and_waits_for_it(tmp_path: Path, running: list[Running]) -> None:
@@ -217,7 +288,78 @@ def test_global_options_work_before_or_after_the_command(tmp_path: Path) -> None
     mixed = json.loads(ok("--home", str(tmp_path / "elsewhere"), "inbox", "b", "--all", "--json",
                           "--home", str(home)))  # given twice: the one after the command wins
     assert [m["content"] for m in before["messages"]] == ["hello"]
+    assert before.pop("warning").startswith("role 'b' has not been seen")  # the first read makes it known
+    assert after.pop("warning") is mixed.pop("warning") is None
     assert before == after == mixed
+
+
+GROUPS = ("messaging", "fleet", "agents", "coordination", "operations")
+
+
+def test_help_groups_the_commands_as_git_does() -> None:
+    """`peerd --help` lists the commands under five headings, each command once with its line of
+    help, and how to get a command's own help."""
+    from peerd.cli.parser import COMMANDS  # noqa: PLC0415
+
+    text = ok("--help")
+    lines = text.splitlines()
+    heads = [i for i, line in enumerate(lines) if line.split(":")[0] in GROUPS and not line.startswith(" ")]
+    assert [lines[i].split(":")[0] for i in heads] == list(GROUPS), text
+    listed = [line.split()[0] for line in lines[heads[0]:] if line.startswith("   ") and line[3] != " "]
+    assert sorted(listed) == sorted(c.name for c in COMMANDS), text
+    for c in COMMANDS:
+        assert any(line.split()[:1] == [c.name] and c.help.split()[0] in line for line in lines), c.name
+    assert "peerd COMMAND --help" in text
+
+
+def test_every_command_and_argument_has_help() -> None:
+    """Walking the whole parser: every command, verb, option and positional argument says what it is."""
+    import argparse  # noqa: PLC0415
+
+    from peerd.cli.parser import build_parser  # noqa: PLC0415
+
+    missing: list[str] = []
+
+    def walk(p: argparse.ArgumentParser, where: str) -> None:
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                helps = {c.dest: c.help for c in a._choices_actions}
+                for name, sub in a.choices.items():
+                    if not helps.get(name):
+                        missing.append(f"{where} {name}")
+                    walk(sub, f"{where} {name}")
+            elif a.help in (None, "") and a.dest != "help":
+                missing.append(f"{where} {'/'.join(a.option_strings) or a.dest}")
+
+    walk(build_parser(), "peerd")
+    assert missing == []
+
+
+def test_hints_name_the_right_tool_and_keep_the_home(tmp_path: Path, running: list[Running]) -> None:
+    """`requests` with no daemon repeats --home; `read MESSAGE_ID` names `peerd inbox` (not an MCP
+    tool); `status RECEIPT_ID` says it is a receipt and names the message; through the daemon and on
+    the replica file alike."""
+    home = tmp_path / "home"
+    ok("init", "--home", str(home))
+    flag = f"--home {home}"
+    proc = peerd("requests", "--home", str(home))
+    assert proc.returncode == 3 and f"start one with: peerd run {flag}" in proc.stderr
+    mid = json.loads(ok("send", "--home", str(home), "--from", "a", "--to", "b", "--json", "hi"))["messageId"]
+    rid = json.loads(ok("inbox", "b", "--home", str(home), "--json"))["messages"][0]["receiptId"]
+    for state in ("offline", "daemon"):
+        if state == "daemon":
+            start(running, home).ready()
+        read = peerd("read", mid, "--home", str(home))
+        assert read.returncode == 1 and "peerd inbox" in read.stderr and "check_messages" not in read.stderr, state
+        status = peerd("status", rid, "--home", str(home))
+        assert status.returncode == 1 and f"{rid} is a receipt id" in status.stderr and mid in status.stderr, state
+
+
+def test_peers_with_mdns_on_and_no_peer_does_not_suggest_turning_it_on(fleet: Fleet) -> None:
+    d = fleet.add("solo", mdns=True)
+    fleet.start(d)
+    text = ok("peers", "--home", str(d.home))
+    assert "mDNS is on" in text and "turn mDNS on" not in text
 
 
 def test_mistyped_commands_and_flags_get_a_suggestion() -> None:
@@ -281,7 +423,7 @@ def test_status_of_a_message_shows_each_recipient_through_the_daemon_and_offline
     a, b = fleet.add("a"), fleet.add("b")
     fleet.mesh()
     fleet.start()
-    b.check("bob")  # bob is first seen on b, and a learns it by sync; carol is never seen
+    b.send("bob", "lead", "ready")  # bob is first seen on b, and a learns it by sync; carol is never seen
     fleet.wait_converged()
     sent = json.loads(ok("send", "--home", str(a.home), "--from", "lead", "--to", "bob,carol", "--json", "plan"))
     assert sent["unknownRecipients"] == ["carol"] and "bob" in sent["knownRoles"]
@@ -330,7 +472,7 @@ def test_a_daemon_on_all_interfaces_shows_its_lan_address_not_loopback(tmp_path:
         node = lab.node("fc1", lab.lan("fc"))
         home = tmp_path / "home"
         proc = lab.spawn(node, [str(PEERD), "run", "--home", str(home), "--port", "0", "--local-port", "0",
-                                "--no-mdns"], env=ENV, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+                                "--no-mdns", "--json"], env=ENV, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
         assert proc.stdout is not None
         info = json.loads(proc.stdout.readline())
         assert info["peer_url"] == f"http://{node.address}:{info['peer_port']}"

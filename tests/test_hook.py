@@ -4,9 +4,12 @@ on a real home; its stdout parsed as the hooks parse it."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from peerd.cli import hook
 from peerd.cli.parser import command_of
@@ -207,3 +210,56 @@ def test_an_undecodable_argument_is_a_usage_error_not_a_block(home: Path) -> Non
                          input=PROMPT, capture_output=True, text=True, timeout=60, check=False)
     assert (out.returncode, out.stdout) == (1, "")
     assert "not valid UTF-8" in out.stderr
+
+
+def shown_ids(out: subprocess.CompletedProcess[str]) -> list[str]:
+    """The message ids a prompt hook showed (none for an empty answer, which must be silent)."""
+    assert out.returncode == 0, out.stderr
+    if not out.stdout:
+        assert out.stderr == ""
+        return []
+    return re.findall(r"message_id ([0-9a-f]+-[0-9]+)", context(out, "UserPromptSubmit"))
+
+
+def test_hooks_racing_show_each_message_exactly_once(home: Path) -> None:
+    """Several prompt hooks started at once, then more one right after another (each as soon as the
+    last has exited), then again after new mail: every message is shown by exactly one of them, and
+    the others say nothing at all."""
+    sent = [send(home, "alpha", "beta", f"task {i}") for i in range(5)]
+    argv = [str(PEERD), "hook", "--home", str(home), "--role", "beta"]
+    prompt = home.parent / "prompt.json"
+    prompt.write_text(PROMPT)
+
+    def start() -> subprocess.Popen[str]:
+        with prompt.open() as stdin:  # the hook's JSON, there as it starts (the child keeps its copy)
+            return subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def finish(proc: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
+        out, err = proc.communicate(timeout=60)
+        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+    shown: list[str] = []
+    for proc in [start() for _ in range(6)]:  # all running at once
+        shown += shown_ids(finish(proc))
+    for _ in range(3):
+        shown += shown_ids(run_hook(home, "--role", "beta", stdin=PROMPT))
+    assert sorted(shown) == sorted(sent)
+    later = [send(home, "alpha", "beta", f"late task {i}") for i in range(2)]
+    racing = [start() for _ in range(4)]
+    shown = [mid for proc in racing for mid in shown_ids(finish(proc))]
+    shown += shown_ids(run_hook(home, "--role", "beta", stdin=PROMPT))
+    assert sorted(shown) == sorted(later)
+
+
+def test_a_hook_that_cannot_have_its_readers_lock_gives_up_in_time(home: Path) -> None:
+    """While another hook of the reader holds its lock, a hook waits for it, at most ``wait``
+    seconds; a hook of another reader does not wait; the lock files are the owner's alone."""
+    with hook.reader_lock(home, "beta", None):
+        with pytest.raises(hook.LockTimeout), hook.reader_lock(home, "BETA", None, wait=0.2):
+            pass
+        with hook.reader_lock(home, "beta", "laptop", wait=0.2), hook.reader_lock(home, "gamma", None, wait=0.2):
+            pass
+    with hook.reader_lock(home, "beta", None, wait=0.2):
+        pass
+    assert {oct(p.stat().st_mode & 0o777) for p in (home / hook.LOCKS).iterdir()} == {"0o600"}
+    assert oct((home / hook.LOCKS).stat().st_mode & 0o777) == "0o700"

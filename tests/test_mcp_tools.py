@@ -164,7 +164,7 @@ async def test_send_to_a_role_never_seen_says_so_and_still_stores_it(node: Node)
     closest spelling first (knownRoles); the message is stored and reaches the role once it checks."""
     async with connect(node) as client:
         await ok(client, "update_profile", orchestratorId="reviewer", name="Reviewer")
-        await ok(client, "check_messages", recipient="coder")
+        await ok(client, "send_message", **{"from": "coder", "channel": "reviewer", "content": "here"})  # confirmed
         sent = await ok(client, "send_message", **{"from": "lead", "channel": "revewer,coder", "content": "typo"})
         assert sent["unknownRecipients"] == ["revewer"]
         assert sent["knownRoles"][0] == "reviewer" and set(sent["knownRoles"]) == {"coder", "reviewer"}

@@ -10,7 +10,7 @@ import pytest
 
 from replica import Replica, hlc, identity, ops, routing, schema
 from replica.ids import receipt_id
-from tests.oldfiles import write_v2_file
+from tests.oldfiles import undo_roles_seen, write_v2_file
 
 
 def set_op(ident: identity.Identity, seq: int, stamp: int, writes: list[list[Any]]) -> bytes:
@@ -69,3 +69,29 @@ def test_an_older_file_is_upgraded_to_the_state_of_its_ops(tmp_path: Path, versi
     assert again.state_digest() == digest
     assert routing.channel_key("Tau, phi") == "tau,phi"
     again.close()
+
+
+def test_a_v13_file_learns_which_roles_were_only_seen_reading(tmp_path: Path) -> None:
+    """A file of schema v13 (first-seen times alone) is upgraded: a role that sent or has a profile is
+    confirmed, one seen only reading its inbox is unconfirmed (and can be forgotten), and the file holds
+    the state of a replica that applied the same ops."""
+    db = tmp_path / "r.db"
+    with Replica.open(db) as r:
+        r.send_message("alpha", "beta", "hi")
+        r.update_profile("Delta", name="D")
+        r.check_messages("codr")
+        raws = [raw for _, raw in r.ops_after(0)]
+    conn = sqlite3.connect(db)
+    undo_roles_seen(conn)
+    conn.execute("UPDATE meta SET v = ? WHERE k = 'schema_version'", (schema.ROLES_SEEN - 1,))
+    conn.commit()
+    conn.close()
+    fresh = Replica.open()
+    fresh.apply(raws)
+    with Replica.open(db) as upgraded:
+        assert upgraded.state_digest() == fresh.state_digest()
+        for r in (upgraded, fresh):
+            assert {x.role: x.status for x in r.role_senders()} == {
+                "alpha": "confirmed", "delta": "confirmed", "codr": "unconfirmed"}
+        assert upgraded.forget_role("codr").role == "codr"
+        assert "codr" not in {x.role for x in upgraded.role_senders()}

@@ -3,6 +3,7 @@ real replica file; each call that is refused leaves the replica unchanged."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -14,7 +15,8 @@ from mcp import Client
 from mcp.types import CallToolResult, TextContent
 
 from mcp_server import Wiring, build_server
-from replica import Replica, open_home
+from replica import Replica, firstseen, open_home
+from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -103,8 +105,8 @@ async def test_foreign_receipts_with_caller_orchestrator_are_refused(replica: Re
 async def test_a_send_to_a_never_seen_role_warns_with_the_closest_known(replica: Replica) -> None:
     """The message is stored and waits, and the result's text says so, naming 'reviewer'."""
     async with connect(replica) as c:
-        await ok(c, "check_messages", recipient="reviewer")  # the role is seen
-        await ok(c, "check_messages", recipient="builder")
+        await ok(c, "update_profile", orchestratorId="reviewer", name="R")  # the role is seen, and confirmed
+        await ok(c, "update_profile", orchestratorId="builder", name="B")
         result = await c.call_tool("send_message", {"from": "alpha", "channel": "reveiwer", "content": "x"})
         assert not result.is_error and result.structured_content is not None
         warning = texts(result)[1]
@@ -114,6 +116,43 @@ async def test_a_send_to_a_never_seen_role_warns_with_the_closest_known(replica:
         assert json.loads(texts(result)[0])["messageId"] == result.structured_content["messageId"]
         known = await c.call_tool("send_message", {"from": "alpha", "channel": "reviewer", "content": "y"})
         assert len(texts(known)) == 1 and known.structured_content and known.structured_content["warning"] is None
+
+
+async def test_reading_a_never_seen_role_warns_and_keeps_vantagepeers_fields(replica: Replica) -> None:
+    """check_messages for a typo'd role returns the inbox with VantagePeers' fields, plus a ``warning``
+    (also the result's second text) naming the closest confirmed role; a role seen before, or
+    confirmed, gets none."""
+    async with connect(replica) as c:
+        await ok(c, "update_profile", orchestratorId="reviewer", name="R")
+        result = await c.call_tool("check_messages", {"recipient": "reveiwer"})
+        assert not result.is_error and result.structured_content is not None
+        data = result.structured_content
+        assert {"recipient", "recipientInstanceId", "messages", "cursor", "truncated", "nextSince"} <= set(data)
+        warning = texts(result)[1]
+        assert warning.startswith("warning: role 'reveiwer' has not been seen in this fleet yet")
+        assert "Did you mean 'reviewer'?" in warning and data["warning"] == warning.removeprefix("warning: ")
+        again = await c.call_tool("check_messages", {"recipient": "reveiwer"})  # seen now: unconfirmed, quiet
+        assert len(texts(again)) == 1 and again.structured_content and again.structured_content["warning"] is None
+        fine = await c.call_tool("check_messages", {"recipient": "reviewer"})
+        assert len(texts(fine)) == 1 and fine.structured_content and fine.structured_content.get("warning") is None
+
+
+async def test_a_wait_keeps_the_warning_of_its_first_look(replica: Replica) -> None:
+    """A waiting check_messages of a role never seen says so even when the mail comes during the wait
+    (its first look made the role known)."""
+    async with connect(replica) as c:
+        waiting = asyncio.create_task(c.call_tool("check_messages", {"recipient": "newcomer", "wait": 30}))
+        await eventually(lambda: standing_of(replica, "newcomer"), 30, "the first look (the role known)")
+        await ok(c, "send_message", **{"from": "alpha", "channel": "newcomer", "content": "welcome"})
+        result = await waiting
+        assert result.structured_content is not None
+        assert [m["content"] for m in result.structured_content["messages"]] == ["welcome"]
+        assert "'newcomer' has not been seen" in result.structured_content["warning"]
+
+
+def standing_of(replica: Replica, role: str) -> str | None:
+    with replica._store.read() as cur:
+        return firstseen.status(cur, role)
 
 
 async def test_schemas_state_what_descriptions_say(replica: Replica) -> None:

@@ -21,7 +21,7 @@ from replica.errors import InvalidArgument, NotFound
 from replica.mailbox import mail
 from tests.conftest import pull
 from tests.newer import NewerNode
-from tests.oldfiles import undo_members
+from tests.oldfiles import undo_members, undo_roles_seen
 from tests.snapshots import Server, busy_hub, take
 
 NODES = [bytes([i]) * 32 for i in range(4)]
@@ -334,6 +334,7 @@ def test_a_file_of_the_schema_before_pins_gets_the_table(tmp_path: Path) -> None
     for table in ("leases", "lease_changes", "lease_losses"):  # and what the migrations after it added
         conn.execute(f"DROP TABLE {table}")
     conn.execute("ALTER TABLE receipts DROP COLUMN acked")
+    undo_roles_seen(conn)
     undo_members(conn)
     conn.execute("DROP TABLE pin_held")
     conn.execute("UPDATE meta SET v = ? WHERE k = 'schema_version'", (schema.MIGRATIONS.index(schema.SCHEMA_PINS),))

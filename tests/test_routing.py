@@ -150,13 +150,13 @@ def test_both_inbox_queries_match_pure_rule_over_many_messages(
             clock[0] = BASE + at
             r.send_message(e.sender, e.channel or "", str(i), instance_id=e.target_instance,
                            from_instance_id=e.sender_instance)
-        sightings = [(name_key(e.sender), BASE + at) for e, at in sent]
+        sightings = [firstseen.Sighting(name_key(e.sender), BASE + at, firstseen.SENT) for e, at in sent]
         if profile_at is not None:  # a wall clock never runs back behind the replica's hybrid clock
             clock[0] = max(clock[0], BASE + profile_at)
             r.update_profile(role, name="R")
-            sightings.append((name_key(role), clock[0]))
+            sightings.append(firstseen.Sighting(name_key(role), clock[0], firstseen.PROFILE))
         clock[0] = max(clock[0], BASE + check_at)
-        first = firstseen.merge({}, sightings).get(name_key(role), clock[0])  # never seen: first seen now
+        first = firstseen.first_times(firstseen.merge({}, sightings)).get(name_key(role), clock[0])  # else now
         floor = broadcast_floor(first, history_days * DAY)
         visible = [str(i) for i, (e, at) in enumerate(sent)
                    if visible_to(e._replace(created_ms=BASE + at), role, inst, floor)]
@@ -274,15 +274,16 @@ def test_broadcast_history_must_be_a_non_negative_int() -> None:
 
 
 def test_recipient_check_names_roles_never_seen_and_suggests_known_ones(mem: Replica) -> None:
-    """A role with no profile, no message sent and no check is unknown; known roles come
-    with the closest spelling first; a broadcast names no unknown role."""
+    """A role with no profile and no message sent is unknown, or unconfirmed if it only checked its
+    inbox; confirmed roles come with the closest spelling first; a broadcast names no unknown role."""
     mem.update_profile("reviewer", name="R")
     mem.send_message("planner", "bob", "hi")  # bob is addressed, not seen
     mem.check_messages("coder")
-    check = mem.recipient_check("bob, revewer, coder")
-    assert check.unknown_recipients == ("bob", "revewer")
-    assert check.known_roles[0] == "reviewer" and set(check.known_roles) == {"coder", "planner", "reviewer"}
-    assert mem.recipient_check("coder").to_dict() == {"unknown_recipients": (), "known_roles": ()}
+    mem.send_message("qa", "planner", "hi")
+    check = mem.recipient_check("bob, revewer, coder, qa")
+    assert check.unknown_recipients == ("bob", "revewer", "coder") and check.unconfirmed == ("coder",)
+    assert check.known_roles[0] == "reviewer" and set(check.known_roles) == {"planner", "qa", "reviewer"}
+    assert mem.recipient_check("qa").to_dict() == {"unknown_recipients": (), "known_roles": (), "unconfirmed": ()}
     assert mem.recipient_check("broadcast").unknown_recipients == ()
     with pytest.raises(InvalidArgument):
         mem.recipient_check(" ")

@@ -48,7 +48,10 @@ def run_arguments(s: argparse.ArgumentParser) -> None:
                    "IPv6; 0.0.0.0: all, IPv4 only)")
     s.add_argument("--advertise", help="this node's address as written in daemon.json (default: the bind "
                                        "address, or this machine's LAN address when bound to all interfaces)")
-    s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                   help="the least severe log lines kept (default: info)")
+    s.add_argument("-v", "--verbose", action="store_true",
+                   help="log on standard error instead of peerd.log in the home")
     _new_fleet(s)
     s.set_defaults(fn=commands.cmd_run)
 
@@ -66,12 +69,13 @@ def send_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--to", required=True, metavar="CHANNEL", help="a role, 'role1,role2' or 'broadcast'")
     s.add_argument("--instance", metavar="ID", help="only this instance of the target role")
     s.add_argument("--from-instance", metavar="ID", help="the sender's instance id")
-    s.add_argument("text", nargs="+", metavar="TEXT")
+    s.add_argument("text", nargs="+", metavar="TEXT", help="the message: its words are joined with spaces; '-' reads "
+                   "it from standard input")
     s.set_defaults(fn=commands.cmd_send)
 
 
 def inbox_arguments(s: argparse.ArgumentParser) -> None:
-    s.add_argument("role", metavar="ROLE")
+    s.add_argument("role", metavar="ROLE", help="the role whose inbox to read (a role never seen gets a warning)")
     s.add_argument("--instance", metavar="ID", help="this instance of the role")
     s.add_argument("--all", action="store_true", help="include messages already read")
     s.add_argument("--follow", action="store_true", help="keep printing new messages as they arrive")
@@ -81,7 +85,8 @@ def inbox_arguments(s: argparse.ArgumentParser) -> None:
 
 
 def read_arguments(s: argparse.ArgumentParser) -> None:
-    s.add_argument("receipts", nargs="+", metavar="RECEIPT")
+    s.add_argument("receipts", nargs="+", metavar="RECEIPT",
+                   help="a receipt id, as peerd inbox shows it (one per message and recipient; not a message id)")
     s.set_defaults(fn=commands.cmd_read)
 
 

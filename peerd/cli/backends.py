@@ -36,7 +36,7 @@ from replica import Replica, open_home
 from replica.api import now_ms
 from replica.feed import ChangeFeed
 from replica.routing import DEFAULT_BROADCAST_HISTORY_MS
-from replica.service import Service
+from replica.service import CLI_WORDS, Service
 
 HTTP_TIMEOUT = 30.0
 
@@ -143,7 +143,7 @@ class OfflineBackend:
     def __init__(self, home: Path) -> None:
         self.live = False
         self.rep: Replica = open_home(home, broadcast_history_ms=_history_ms(home))
-        self.svc = Service(self.rep)
+        self.svc = Service(self.rep, CLI_WORDS)
 
     def send(self, body: dict[str, Any]) -> dict[str, Any]:
         return self.svc.send(body["from"], body["channel"], body["content"], instance=body.get("instanceId"),
@@ -201,13 +201,15 @@ def wait_offline(rep: Replica, look: Callable[[], dict[str, Any]], wait: float) 
     changed = threading.Event()
     unsubscribe = feed.subscribe(changed.set)
     deadline = time.monotonic() + wait
+    warning = None  # the first look's: a role never seen is known once it has looked
     try:
         while True:
             changed.clear()
             out = look()
+            warning = warning or out.get("warning")
             left = deadline - time.monotonic()
             if out["messages"] or left <= 0:
-                return out
+                return {**out, "warning": warning}
             changed.wait(left)
     finally:
         unsubscribe()
@@ -222,7 +224,7 @@ def _history_ms(home: Path) -> int:
 
 def for_home(info: dict[str, Any], home: Path) -> DaemonBackend:
     """The local API of the daemon ``info`` (its daemon.json) describes, as the home's owner."""
-    return DaemonBackend(str(info["local_url"]), homes.auth_headers(home))
+    return DaemonBackend(str(info["local_url"]), {**homes.auth_headers(home), homes.CLIENT_HEADER: "cli"})
 
 
 def opened(home: Path) -> Path:

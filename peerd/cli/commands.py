@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -26,7 +26,7 @@ from peerd import home as homes
 from peerd.cli import format as fmt
 from peerd.cli.backends import Backend, backend, daemon
 from peerd.cli.errors import EXIT_NO_DAEMON, EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, CliError
-from peerd.cli.setup import home_flag, open_fleet
+from peerd.cli.setup import Footprint, home_flag, open_fleet
 from peerd.config import decode_fleet_key, with_overrides
 from peerd.netaddr import advertised_host
 from replica import open_home
@@ -82,21 +82,38 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """Serve the home (made if missing). Once ready: the ready block on stdout, alone (with --json:
+    the ready line there, the block on stderr); the log in the home's peerd.log (-v: on stderr). A
+    start that fails takes back the home it made."""
     import asyncio  # noqa: PLC0415 - keeps quick commands quick to start
 
-    from peerd.daemon import run  # noqa: PLC0415
+    from peerd import daemonlog  # noqa: PLC0415
+    from peerd.daemon import announce_ready, run  # noqa: PLC0415
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     home = _home(args)
+    before = Footprint.of(home)
     cfg, created = open_fleet(home, flag=_flag(args), create=True, new_fleet=args.new_fleet)
     cfg = with_overrides(cfg, port=args.port, local_port=args.local_port, seeds=args.seed or (),
                          mdns=False if args.no_mdns else None)
+    handler = daemonlog.setup(home, args.log_level, verbose=args.verbose)
+    ready = False
 
-    def orient(info: dict[str, Any]) -> None:  # after the ready line, on stderr: stdout stays machine-readable
-        print(fmt.format_orientation(info, flag=_flag(args), new_fleet=created), file=sys.stderr, flush=True)
+    def orient(info: dict[str, Any]) -> None:
+        nonlocal ready
+        ready = True
+        if args.json:  # stdout stays machine-readable: the ready line alone
+            announce_ready({k: v for k, v in info.items() if k != "login_url"})
+        block = fmt.format_orientation(info, flag=_flag(args), new_fleet=created)
+        print(block, file=sys.stderr if args.json else sys.stdout, flush=True)
 
-    asyncio.run(run(home, cfg, bind=args.bind, advertise=args.advertise or advertised_host(args.bind),
-                    on_ready=orient))
+    try:
+        asyncio.run(run(home, cfg, bind=args.bind, advertise=args.advertise or advertised_host(args.bind),
+                        on_ready=orient))
+    except BaseException:
+        daemonlog.close(handler)
+        if created and not ready:
+            before.undo()
+        raise
     return 0
 
 
@@ -171,7 +188,13 @@ def _message_status(args: argparse.Namespace) -> int:
 
 
 def cmd_peers(args: argparse.Namespace) -> int:
-    _emit(args, daemon(_home(args), _flag(args)).call("GET", "/api/peers"), fmt.format_peers)
+    api = daemon(_home(args), _flag(args))
+    if args.json:
+        _emit(args, api.call("GET", "/api/peers"), fmt.format_peers)
+        return 0
+    st = api.call("GET", "/api/status")  # the peers, and whether mDNS is on (what an empty table suggests)
+    conf = st.get("settings")
+    print(fmt.format_peers(st["peers"], conf.get("mdns") if isinstance(conf, dict) else None), flush=True)
     return 0
 
 
@@ -200,6 +223,10 @@ def cmd_inbox(args: argparse.Namespace) -> int:
                             "wait": args.wait, "all": args.all}
     with backend(_home(args), _flag(args)) as b:
         inbox = b.inbox(body)
+        if inbox.get("warning"):  # a role never seen, or seen only reading: most often a typo
+            _warn(inbox)
+            print(f"  if {args.role!r} is a typo, forget it: peerd roles forget {shlex.quote(args.role)}{_flag(args)}",
+                  file=sys.stderr, flush=True)
         if not args.follow:
             _emit(args, inbox, lambda d: fmt.format_inbox(d, all_=args.all))
             return 0

@@ -70,8 +70,10 @@ def peer_error(p: dict[str, Any]) -> str:
 def format_peers(peers: list[dict[str, Any]], mdns: bool | None = None) -> str:
     if not peers:
         if mdns:
-            return "no peers yet (mDNS is on and has found no member of this fleet; add a seed with --seed HOST:PORT)"
-        return "no peers yet (add a seed with --seed HOST:PORT, or turn mDNS on)"
+            return ("no peers yet (mDNS is on and has found no member of this fleet on this LAN; for one elsewhere "
+                    "add a seed: peerd run --seed HOST:PORT, or seeds in config.toml)")
+        return ("no peers yet (mDNS is off: turn it on with mdns = true in config.toml, or add a seed: "
+                "peerd run --seed HOST:PORT)")
     rows = []
     for p in peers:
         live = "yes" if p["reachable"] else "no"

@@ -9,34 +9,49 @@ Invariants:
 * It never blocks the user's prompt: every failure prints nothing on stdout, one line on
   stderr, and exits 0; only a usage error in its own command line exits 1. Never 2, the
   code with which a hook blocks a prompt.
-* On prompt-submit it shows mail never delivered, so each message is shown once; on
-  session-start every unread message (a new context knows none of it). Like
-  ``check_messages``, it records *delivered* for what it shows, never *read*.
+* On prompt-submit it shows mail never delivered, so each message is shown once, however
+  many hooks of the reader run at once or one right after another; on session-start every
+  unread message (a new context knows none of it). Like ``check_messages``, it records
+  *delivered* for what it shows, never *read*. With nothing new it prints nothing at all.
+* Once per reader: a hook holds its reader's lock (``hook-locks/`` in the home, an ``flock``)
+  from before it looks until the delivery of what it showed is recorded, so the next hook of
+  that reader looks only after that; a lock not had within ``LOCK_WAIT`` seconds is a failure
+  (below). The lock dies with the process holding it, so a crash never leaves it held.
 * Fast: it imports the standard library, ``replica.mailbox`` and ``mcp_server.framing``
   (no MCP SDK, no aiohttp, no asyncio) and reads on a read-only connection. Delivery is
-  recorded after the answer, by a detached child process that loads the signing replica,
-  so the prompt never waits for it (a message whose delivery could not be recorded is
-  shown again, never lost). ``bench/bench_hook.py`` measures it on a 1M-message replica.
+  recorded after the answer, by a detached child process that loads the signing replica and
+  inherits the lock, so the prompt never waits for it (a message whose delivery could not be
+  recorded is shown again, never lost). ``bench/bench_hook.py`` measures it on a 1M-message replica.
 * It never calls the daemon (no local port, no token); what it writes in the home (its
-  cursors) is owner-only, and the child that records delivery makes the home owner-only.
+  cursors, its locks) is owner-only, and the child that records delivery makes the home owner-only.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
+import signal
 import sys
 import time
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import IO, Any, NoReturn
 
 from mcp_server import framing
 from replica import mailbox, schema
+from replica.errors import StoreError
+from replica.names import name_key
 from replica.routing import DAY_MS, DEFAULT_BROADCAST_HISTORY_MS
+
+try:
+    import fcntl
+except ImportError:  # no flock here (Windows): no fork either, so the delivery is recorded before the answer
+    fcntl = None  # type: ignore[assignment]
 
 EVENTS = {"prompt-submit": "UserPromptSubmit", "session-start": "SessionStart"}
 DEFAULT_SHOWN = 10
@@ -45,6 +60,8 @@ PAGE = 1000  # unread mail read per call; "more" counts past it as "+"
 MAX_STDIN = 1024 * 1024
 EXIT_USAGE = 1  # not argparse's 2: a hook that exits 2 blocks the user's prompt (as peerd.cli.parser's table says)
 CURSORS = "hook-cursors.json"  # in the home: where each reader's last look ended (a cache)
+LOCKS = "hook-locks"  # in the home: a lock file per reader, held while a hook looks and records
+LOCK_WAIT = 8.0  # seconds a hook waits for its reader's lock (hooks are given 10)
 
 
 def _shown(text: str) -> int:
@@ -177,13 +194,74 @@ def save_cursors(home: Path, cursors: dict[str, Any]) -> None:
             tmp.unlink()
 
 
+# -- once per reader ---------------------------------------------------------------------------
+#
+# A hook shows what it found and leaves recording its delivery to a child: until that is
+# recorded, another look would find the same mail undelivered. So a hook holds its reader's lock
+# from before it looks, and hands it to the child (an flock belongs to the open file, which the
+# child shares), which lets it go when the delivery is recorded, or when it dies.
+
+
+class LockTimeout(StoreError):
+    """The reader's lock was not had in time (another hook of the reader is still recording)."""
+
+
+def lock_path(home: Path, role: str, instance: str | None) -> Path:
+    reader = f"{name_key(role)}\x1f{name_key(instance) if instance else ''}"
+    return home / LOCKS / f"{hashlib.sha256(reader.encode()).hexdigest()[:32]}.lock"
+
+
+@contextlib.contextmanager
+def reader_lock(home: Path, role: str, instance: str | None, wait: float = LOCK_WAIT) -> Iterator[int | None]:
+    """Hold the reader's lock (the open file's descriptor; None where there is no flock) for the
+    block; a child forked inside it keeps holding it after the block."""
+    if fcntl is None:
+        yield None
+        return
+    path = lock_path(home, role, instance)
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        _acquire(fd, wait)
+        yield fd
+    finally:
+        os.close(fd)  # a child that inherited it still holds the lock
+
+
+def _acquire(fd: int, wait: float) -> None:
+    """flock ``fd``, waiting at most ``wait`` seconds (an interval timer breaks the wait)."""
+    assert fcntl is not None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+
+    def give_up(_signum: int, _frame: FrameType | None) -> None:
+        raise LockTimeout(f"another peerd hook of this role is still recording its delivery after {wait:g} s; "
+                          "the mail it shows is shown next time")
+
+    previous = signal.signal(signal.SIGALRM, give_up)
+    signal.setitimer(signal.ITIMER_REAL, wait)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def replica_file(home: Path) -> Path:
+    db = home / "replica.db"
+    if not db.is_file():
+        raise FileNotFoundError(f"no peerd replica in {home} (run `peerd init`, or pass --home)")
+    return db
+
+
 def collect(home: Path, role: str, instance: str | None, *, all_unread: bool,
             senders: Sequence[str]) -> list[mailbox.Mail]:
     """The reader's mail to consider (read-only connection, no signing loaded), looked at from
     where the last look ended."""
-    db = home / "replica.db"
-    if not db.is_file():
-        raise FileNotFoundError(f"no peerd replica in {home} (run `peerd init`, or pass --home)")
+    db = replica_file(home)
     cursors = load_cursors(home)
     unread_key, pending_key = cursor_key("unread", role, instance), cursor_key("pending", role, instance)
     conn = mailbox.connect(db)
@@ -228,7 +306,8 @@ def record(home: Path, items: Sequence[mailbox.Mail]) -> None:
 
 def record_after_answer(home: Path, items: Sequence[mailbox.Mail]) -> None:
     """Record delivery in a detached child process, so the hook answers (and exits) without
-    waiting for the signing replica to load. Where there is no fork, record it here."""
+    waiting for the signing replica to load; the child inherits the reader's lock and lets it go
+    when it exits. Where there is no fork, record it here."""
     if not hasattr(os, "fork"):
         record(home, items)
         return
@@ -254,14 +333,17 @@ def run(args: argparse.Namespace, stdin: IO[str] | None, stdout: IO[str]) -> Non
     role = args.role.strip()
     instance = (args.instance or "").strip() or None
     home = home_of(args.home)
-    items = collect(home, role, instance, all_unread=event == EVENTS["session-start"], senders=args.senders or ())
-    if not items:
-        return
-    shown = items[: args.limit]
-    text = framing.hook_text(role, instance, shown, len(items) - len(shown), new_only=event != EVENTS["session-start"])
-    stdout.write(hook_output(event, text) + "\n")
-    stdout.flush()
-    record_after_answer(home, shown)
+    replica_file(home)  # no lock folder in a folder that is no home
+    with reader_lock(home, role, instance):
+        items = collect(home, role, instance, all_unread=event == EVENTS["session-start"], senders=args.senders or ())
+        if not items:
+            return
+        shown = items[: args.limit]
+        text = framing.hook_text(role, instance, shown, len(items) - len(shown),
+                                 new_only=event != EVENTS["session-start"])
+        stdout.write(hook_output(event, text) + "\n")
+        stdout.flush()
+        record_after_answer(home, shown)  # its child holds the lock until the delivery is recorded
 
 
 def answer(args: argparse.Namespace) -> int:

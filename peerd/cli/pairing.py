@@ -26,7 +26,7 @@ from typing import Any
 
 from discovery.seeds import format_seed
 from peerd import home as homes
-from peerd.cli.backends import daemon, running_daemon
+from peerd.cli.backends import DaemonBackend, daemon, running_daemon
 from peerd.cli.errors import EXIT_USAGE, CliError
 from peerd.cli.format import table
 from peerd.cli.replicafile import open_replica
@@ -81,7 +81,7 @@ def cmd_invite(args: argparse.Namespace) -> int:
 
 def _invite_code(args: argparse.Namespace, home: Path) -> int:
     ttl = min(args.expires if args.expires_given else 600.0, 24 * 3600.0)
-    out = daemon(home).call("POST", "/api/pair/code", {"expires": ttl})
+    out = daemon(home, home_flag(args.home)).call("POST", "/api/pair/code", {"expires": ttl})
     elsewhere = (f"\n(or, from another network: peerd join --code {out['code']} --seed {out['addresses'][0]})"
                  if out.get("addresses") else "")
     emit(args, out, f"one-time code: {out['code']}\n\nOn the other machine (same LAN) run:\n  peerd join --code "
@@ -102,8 +102,13 @@ def cmd_join(args: argparse.Namespace) -> int:
 # -- a member's side ------------------------------------------------------------------------------
 
 
+def _daemon(args: argparse.Namespace) -> DaemonBackend:
+    """The home's running daemon; with none, the error repeats the --home given."""
+    return daemon(homes.resolve_home(args.home), home_flag(args.home))
+
+
 def cmd_requests(args: argparse.Namespace) -> int:
-    rows = daemon(homes.resolve_home(args.home)).call("GET", "/api/pair/requests")
+    rows = _daemon(args).call("GET", "/api/pair/requests")
     if not rows:
         text = "no join requests waiting (on the new machine run: peerd join --lan)"
     else:
@@ -116,19 +121,19 @@ def cmd_requests(args: argparse.Namespace) -> int:
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
-    out = daemon(homes.resolve_home(args.home)).call("POST", "/api/pair/approve", {"code": args.code})
+    out = _daemon(args).call("POST", "/api/pair/approve", {"code": args.code})
     emit(args, out, f"approved {out['approved']} (node {out['node_id'][:16]}): it joins fleet {out['fleet_id']}")
     return 0
 
 
 def cmd_reject(args: argparse.Namespace) -> int:
-    out = daemon(homes.resolve_home(args.home)).call("POST", "/api/pair/reject", {"code": args.code})
+    out = _daemon(args).call("POST", "/api/pair/reject", {"code": args.code})
     emit(args, out, f"rejected {out['rejected']} (node {out['node_id'][:16]})")
     return 0
 
 
 def cmd_remove(args: argparse.Namespace) -> int:
-    out = daemon(homes.resolve_home(args.home)).call("POST", "/api/fleet/remove", {"node": args.node})
+    out = _daemon(args).call("POST", "/api/fleet/remove", {"node": args.node})
     who = f"{out['name']} ({out['removed'][:16]})" if out.get("name") else out["removed"][:16]
     emit(args, out, f"removed {who}: its ops after #{out['upto']} are refused everywhere. The fleet key was "
                      f"rotated to fleet {out['fleet_id']} (epoch {out['epoch']}), sealed to {out['members']} "
@@ -155,7 +160,7 @@ def cmd_admit(args: argparse.Namespace) -> int:
 
 
 def cmd_rotate(args: argparse.Namespace) -> int:
-    out = daemon(homes.resolve_home(args.home)).call("POST", "/api/fleet/rotate", {})
+    out = _daemon(args).call("POST", "/api/fleet/rotate", {})
     emit(args, out, f"rotated the fleet key to fleet {out['fleet_id']} (epoch {out['epoch']}), sealed to "
                      f"{out['members']} member(s): a holder of an earlier key gets nothing more from the fleet; "
                      "members that are offline catch up when they come back.")
@@ -206,7 +211,7 @@ def approve_arguments(s: argparse.ArgumentParser) -> None:
 
 
 def reject_arguments(s: argparse.ArgumentParser) -> None:
-    s.add_argument("code", metavar="CODE")
+    s.add_argument("code", metavar="CODE", help="the six-digit verification code of the request to refuse")
     s.set_defaults(fn=cmd_reject)
 
 

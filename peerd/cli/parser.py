@@ -14,6 +14,8 @@ Invariants:
 * A usage error (an unknown command or flag, a malformed or missing value) is reported before any
   command runs, names the closest command or flag, and exits 2, or the command's own
   ``usage_exit`` (``peerd hook``: 1, since a hook that exits 2 blocks the user's prompt).
+* ``peerd --help`` lists the commands by group (``GROUPS``), as ``git help`` does; every command
+  is in exactly one group, and every command and argument has a line of help (a test walks them).
 * Light: the standard library's argparse and nothing else, so that a quick command's start-up
   stays its own (help is laid out without ``shutil``, which argparse would import).
 """
@@ -30,11 +32,20 @@ from typing import Any, NamedTuple, NoReturn
 from peerd.cli.errors import EXIT_USAGE
 from replica.errors import LocalError
 
+GROUPS = (  # (name, what its commands do), in the order ``peerd --help`` lists them
+    ("messaging", "send and read messages"),
+    ("fleet", "bring machines into the fleet, see them, take them out"),
+    ("agents", "connect agents: MCP, prompt hooks, their roles and profiles"),
+    ("coordination", "file reservations and acknowledgements between agents"),
+    ("operations", "run a node, watch it, check it, keep it"),
+)
+
 
 class Command(NamedTuple):
     name: str
     module: str  # in peerd.cli; its ``<name>_arguments(parser)`` adds the command's flags and sets ``fn``
     help: str
+    group: str  # one of GROUPS, where ``peerd --help`` lists it
     usage_exit: int | None = None  # a code of its own for usage errors, told as "peerd NAME: ..."
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
@@ -45,44 +56,48 @@ class Command(NamedTuple):
 
 
 COMMANDS = (
-    Command("init", "arguments", "create the home: replica, node key, config.toml"),
-    Command("invite", "pairing", "let another machine join: a single-use token, or --code"),
-    Command("join", "pairing", "join a fleet: --lan, --code CODE or an invite TOKEN"),
-    Command("requests", "pairing", "join requests waiting for approval on this member"),
-    Command("approve", "pairing", "let in the machine whose request shows CODE"),
-    Command("reject", "pairing", "refuse the join request that shows CODE"),
-    Command("admit", "pairing", "let in a machine given the fleet key by other means (by its node id)"),
-    Command("remove", "pairing", "remove a machine from the fleet: refuse its new ops and rotate the fleet key"),
-    Command("rotate", "pairing", "a new fleet key for the members, removing nobody (after a key leaked)"),
-    Command("run", "arguments", "run the daemon (initialises the home if needed)"),
-    Command("stop", "arguments", "stop the daemon of this home and wait until it has exited"),
+    Command("send", "arguments", "send a message ('-' as TEXT reads it from stdin)", "messaging"),
+    Command("inbox", "arguments", "unread messages for a role (records delivery)", "messaging"),
+    Command("read", "arguments", "mark messages read by receipt id", "messaging"),
+    Command("retract", "arguments", "retract a message you sent: every node drops its content (signed)", "messaging"),
+    Command("log", "arguments", "recent traffic: the latest messages in arrival order", "messaging"),
+    Command("search", "arguments", "full-text search over every message held here", "messaging"),
+    Command("threads", "arguments", "threads: participants, message count, latest activity", "messaging"),
+    Command("init", "arguments", "create the home: replica, node key, config.toml", "fleet"),
+    Command("join", "pairing", "join a fleet: --lan, --code CODE or an invite TOKEN", "fleet"),
+    Command("invite", "pairing", "let another machine join: a single-use token, or --code", "fleet"),
+    Command("requests", "pairing", "join requests waiting for approval on this member", "fleet"),
+    Command("approve", "pairing", "let in the machine whose request shows CODE", "fleet"),
+    Command("reject", "pairing", "refuse the join request that shows CODE", "fleet"),
+    Command("admit", "pairing", "let in a machine given the fleet key by other means (by its node id)", "fleet"),
+    Command("remove", "pairing", "remove a machine from the fleet: refuse its new ops and rotate the fleet key",
+            "fleet"),
+    Command("rotate", "pairing", "a new fleet key for the members, removing nobody (after a key leaked)", "fleet"),
+    Command("peers", "arguments", "known peers: how found, live or not, lag, last error", "fleet"),
     Command("mcp", "mcpserve", "serve the MCP tools (stdio or HTTP) on this home's replica, a replica file or "
-                               "memory; with --role, a Claude Code channel"),
-    Command("backup", "backup", "copy this home (replica and config) into one file, also while the daemon runs; "
-                                "the file holds the fleet key"),
-    Command("restore", "backup", "make a new home (--home) from a backup, as a new node"),
-    Command("retention", "retention", "the fleet's retention horizon: set, show or clear it"),
-    Command("roles", "roles", "roles and the nodes that have sent in their name; which are pinned"),
-    Command("role", "roles", "pin a role to nodes (only they may send in its name), or unpin it"),
-    Command("send", "arguments", "send a message ('-' as TEXT reads it from stdin)"),
-    Command("inbox", "arguments", "unread messages for a role (records delivery)"),
-    Command("hook", "hook", "print a role's unread mail for a Claude Code or Codex hook", usage_exit=1),
+                               "memory; with --role, a Claude Code channel", "agents"),
+    Command("hook", "hook", "print a role's unread mail for a Claude Code or Codex hook", "agents", usage_exit=1),
     Command("codex-wake", "codex", "hand each role's new mail to the Codex session that speaks for it, as input "
-                                   "Codex runs at once"),
-    Command("read", "arguments", "mark messages read by receipt id"),
-    Command("retract", "arguments", "retract a message you sent: every node drops its content (signed)"),
+                                   "Codex runs at once", "agents"),
+    Command("profile", "arguments", "list profiles, show one, or set its fields", "agents"),
+    Command("roles", "roles", "roles known here (confirmed, or seen only reading), who sent in their name; forget "
+                              "a typo", "agents"),
+    Command("role", "roles", "pin a role to nodes (only they may send in its name), or unpin it", "agents"),
+    Command("leases", "leasecmds", "file reservations (leases on paths) held and lost", "coordination"),
+    Command("guard", "leasecmds", "a git pre-commit guard that refuses commits touching paths another role holds",
+            "coordination"),
+    Command("acks", "leasecmds", "messages whose acknowledgement is overdue", "coordination"),
+    Command("run", "arguments", "run the daemon (initialises the home if needed)", "operations"),
+    Command("stop", "arguments", "stop the daemon of this home and wait until it has exited", "operations"),
     Command("status", "arguments", "node, fleet, peers, per-peer lag, totals, catch-up; or, given a MESSAGE_ID, "
-                                   "who got that message and read it"),
-    Command("peers", "arguments", "known peers: how found, live or not, lag, last error"),
-    Command("dashboard", "arguments", "a one-time link that opens the running daemon's dashboard in a browser"),
-    Command("log", "arguments", "recent traffic: the latest messages in arrival order"),
-    Command("search", "arguments", "full-text search over every message held here"),
-    Command("threads", "arguments", "threads: participants, message count, latest activity"),
-    Command("profile", "arguments", "list profiles, show one, or set its fields"),
-    Command("doctor", "arguments", "check this node's setup and say what to fix"),
-    Command("leases", "leasecmds", "file reservations (leases on paths) held and lost"),
-    Command("guard", "leasecmds", "a git pre-commit guard that refuses commits touching paths another role holds"),
-    Command("acks", "leasecmds", "messages whose acknowledgement is overdue"),
+                                   "who got that message and read it", "operations"),
+    Command("dashboard", "arguments", "a one-time link that opens the running daemon's dashboard in a browser",
+            "operations"),
+    Command("doctor", "arguments", "check this node's setup and say what to fix", "operations"),
+    Command("backup", "backup", "copy this home (replica and config) into one file, also while the daemon runs; "
+                                "the file holds the fleet key", "operations"),
+    Command("restore", "backup", "make a new home (--home) from a backup, as a new node", "operations"),
+    Command("retention", "retention", "the fleet's retention horizon: set, show or clear it", "operations"),
 )
 BY_NAME = {c.name: c for c in COMMANDS}
 
@@ -153,6 +168,32 @@ class Parser(argparse.ArgumentParser):
         return out
 
 
+class Root(Parser):
+    """``peerd`` itself: its help lists the commands by group, as ``git help`` does."""
+
+    def format_help(self) -> str:
+        import textwrap  # noqa: PLC0415 - only when the help is asked for
+
+        head = self._get_formatter()
+        head.add_usage(self.usage, self._actions, self._mutually_exclusive_groups)
+        head.add_text(self.description)
+        width = max(len(c.name) for c in COMMANDS)
+        lines: list[str] = []
+        for group, what in GROUPS:
+            lines.append(f"{group}: {what}")
+            for c in (c for c in COMMANDS if c.group == group):
+                lines += textwrap.wrap(f"   {c.name.ljust(width)}  {c.help}", terminal_width(),
+                                       subsequent_indent=" " * (width + 5))
+            lines.append("")
+        tail = self._get_formatter()
+        tail.start_section("options")
+        tail.add_arguments([a for a in self._actions if a.option_strings])
+        tail.end_section()
+        tail.add_text("'peerd COMMAND --help' tells a command's own flags and arguments.")
+        tail.add_text(self.epilog)
+        return head.format_help() + "\n" + "\n".join(lines) + "\n" + tail.format_help()
+
+
 def global_options(p: argparse.ArgumentParser, default: Any) -> None:
     """``--home`` and ``--json``; after the command they default to SUPPRESS, so that a value
     given before the command is not overwritten by the subcommand's default."""
@@ -214,12 +255,12 @@ def build_parser(only: str | None = None) -> Parser:
     code, label = _usage(chosen)
     common = Parser(add_help=False)
     global_options(common, argparse.SUPPRESS)
-    p = Parser(prog="peerd", description="Peer-to-peer messaging for AI agents.",
+    p = Root(prog="peerd", description="Peer-to-peer messaging for AI agents.",
                epilog="exit codes: 0 ok, 1 request failed, 2 usage, 3 no daemon running, "
                       "4 no usable home, 5 doctor found problems, 130 interrupted", usage_exit=code, label=label)
     global_options(p, None)
     p.add_argument("--version", action=_Version)
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     for cmd in COMMANDS if chosen is None else (chosen,):
         code, label = _usage(cmd)
         cmd.add_arguments(sub.add_parser(cmd.name, parents=[common], help=cmd.help, usage_exit=code, label=label))

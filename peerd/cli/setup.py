@@ -8,11 +8,17 @@ Invariants:
   before the config, so the default node name can carry the node id.
 * Every hint printed names ``--home`` when the user gave one (``home_flag``).
 * A home opened here is made owner-only first (``peerd.home.tighten``).
+* A command that made a home and then failed takes back what it made, and only that
+  (``Footprint``): a new folder goes with its parents made for it; a folder that was there, empty
+  or not, keeps what it held.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from peerd import home as homes
@@ -24,6 +30,34 @@ from replica import Replica, open_home
 def home_flag(home_arg: str | None) -> str:
     """`` --home DIR`` as the user should type it again, or ``""`` if they gave none."""
     return f" --home {shlex.quote(home_arg)}" if home_arg else ""
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What was at a home's path before a command that may make it there."""
+
+    home: Path
+    top: Path | None  # the highest folder of the path that was missing (the command makes it)
+    entries: frozenset[str] | None  # what the folder held, when it was there
+
+    @classmethod
+    def of(cls, home: Path) -> Footprint:
+        path, top = home.absolute(), None
+        while not path.exists() and path.parent != path:
+            top, path = path, path.parent
+        return cls(home, top, frozenset(os.listdir(home)) if home.is_dir() else None)
+
+    def undo(self) -> None:
+        """Take back what was made at the path since (the folders made, or the entries added)."""
+        if self.top is not None:
+            shutil.rmtree(self.top, ignore_errors=True)
+            return
+        for name in set(os.listdir(self.home)) - (self.entries or frozenset()):
+            path = self.home / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
 
 def has_node(home: Path) -> bool:
