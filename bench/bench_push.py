@@ -37,7 +37,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -190,21 +190,29 @@ def start_writer(home: Path) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, text=True, cwd=ROOT)
 
 
+async def commit_to_event(writer: subprocess.Popen[str], count: int, heard: Callable[[], Awaitable[object]]
+                          ) -> list[float]:
+    """ms from each of ``count`` commits by ``writer`` (after 5 to warm up) to the event ``heard`` awaits."""
+    assert writer.stdin is not None and writer.stdout is not None
+    samples = []
+    for i in range(count + 5):
+        writer.stdin.write("solo\n")
+        writer.stdin.flush()
+        committed = float(await asyncio.to_thread(writer.stdout.readline))
+        await heard()
+        if i >= 5:
+            samples.append((time.time() - committed) * 1000)
+        await asyncio.sleep(0.02)  # (not a synchronisation)
+    return samples
+
+
 async def latency_no_daemon(home: Path, count: int) -> list[Figure]:
     writer = await asyncio.to_thread(start_writer, home)
-    assert writer.stdin is not None and writer.stdout is not None
+    assert writer.stdin is not None
     try:
         async with pushed_client(stdio(home, "solo")) as (client, pushes):
             await client.call_tool("whoami", {})
-            samples = []
-            for i in range(count + 5):
-                writer.stdin.write("solo\n")
-                writer.stdin.flush()
-                committed = float(await asyncio.to_thread(writer.stdout.readline))
-                await pushes.next_event()
-                if i >= 5:
-                    samples.append((time.time() - committed) * 1000)
-                await asyncio.sleep(0.02)  # (not a synchronisation)
+            samples = await commit_to_event(writer, count, pushes.next_event)
     finally:
         writer.stdin.close()
         await asyncio.to_thread(writer.wait, 30)
@@ -216,18 +224,10 @@ async def latency_no_daemon(home: Path, count: int) -> list[Figure]:
 
 async def listen_latency_no_daemon(home: Path, count: int) -> list[Figure]:
     writer = await asyncio.to_thread(start_writer, home)
-    assert writer.stdin is not None and writer.stdout is not None
+    assert writer.stdin is not None
     try:
         async with listener(stdio(home, None), "peerd://inbox/solo") as heard:
-            samples = []
-            for i in range(count + 5):
-                writer.stdin.write("solo\n")
-                writer.stdin.flush()
-                committed = float(await asyncio.to_thread(writer.stdout.readline))
-                await asyncio.wait_for(heard.get(), 30)
-                if i >= 5:
-                    samples.append((time.time() - committed) * 1000)
-                await asyncio.sleep(0.02)  # (not a synchronisation)
+            samples = await commit_to_event(writer, count, lambda: asyncio.wait_for(heard.get(), 30))
     finally:
         writer.stdin.close()
         await asyncio.to_thread(writer.wait, 30)

@@ -23,7 +23,6 @@ import asyncio
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -36,7 +35,7 @@ from mcp import Client, StdioServerParameters
 
 from tests import docblocks as db
 from tests.netns import Lan, NetnsLab, Node
-from tests.waiting import patience
+from tests.waiting import end_group, patience
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -110,13 +109,7 @@ class Background:
             raise DocFailure(f"{self.text!r} failed ({self.proc.returncode}):\n{self.out()}")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=patience(20))
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        end_group(self.proc)
         self.reader.join(timeout=5)
 
     def out(self) -> str:

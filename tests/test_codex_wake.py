@@ -11,7 +11,6 @@ it. Needs the pinned Codex (``npm ci --prefix tools/codex``); without it these t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fcntl
 import os
 import pty
@@ -43,7 +42,7 @@ from tests.agentclis import (
 )
 from tests.daemons import PEERD
 from tests.fakemodels import ANSWER, FakeModel, fake_model
-from tests.waiting import eventually, patience
+from tests.waiting import end_group, eventually, patience
 
 
 def server_config(home: Path, role: str, *, name: str = "peerd", push: bool = False) -> str:
@@ -322,13 +321,7 @@ class Terminal:
                       "", raw)
 
     def close(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=patience(20))
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        end_group(self.proc)
         os.close(self.fd)
         self.reader.join(timeout=5)
 

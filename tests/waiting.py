@@ -69,3 +69,22 @@ async def eventually(pred: Callable[[], T | Awaitable[T | None] | None], within:
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {limit:.0f} s waiting for {what}; last: {value!r}")
         await asyncio.sleep(interval)
+
+
+def end_group(proc: Any, grace: float = 20.0) -> None:
+    """Stop a process started in a group of its own (``start_new_session``) and everything it
+    started: SIGTERM to the group, then SIGKILL if it has not exited within ``patience(grace)`` s."""
+    import contextlib  # noqa: PLC0415 - only the tests that start process groups need these
+    import signal  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=patience(grace))
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
